@@ -1,0 +1,70 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "podkeeper",
+    version,
+    about = "A finalizer-driven operator that manages bare Pods for Redis and Application resources"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "PODKEEPER_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator for development. With no cluster configured (or with
+    /// --local, --cluster-only or --kubeconfig) it first starts a local
+    /// control plane with kwok nodes and installs the CRDs.
+    Dev(DevArgs),
+    /// Run the operator against the cluster from KUBECONFIG, ~/.kube/config
+    /// or the in-cluster service account.
+    Run(RunArgs),
+    /// Print every CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Number of simulated (kwok) nodes in the local cluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
+    /// Write the local cluster's admin kubeconfig to this path.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Start the local cluster (and install the CRDs) without the operator.
+    #[arg(long)]
+    pub cluster_only: bool,
+    /// Start a local cluster even when a kubeconfig is configured.
+    #[arg(long)]
+    pub local: bool,
+    /// Raise the QPS limits of the local control plane (for benchmarks).
+    #[arg(long, hide = true)]
+    pub raise_qps_limits: bool,
+    /// Shut down when standard input closes (used by the test harness, so
+    /// that the cluster dies with the process that started it).
+    #[arg(long, hide = true)]
+    pub exit_on_stdin_eof: bool,
+    #[command(flatten)]
+    pub operator: RunArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+}

@@ -1,0 +1,524 @@
+//! The Redis reconciler: observe (watch cache) -> plan (pure) -> act
+//! (executor) -> report (status, only when it changed).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, instrument};
+
+use super::conditions::{self, Cond};
+use super::{Context, Error, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::crd::{Redis, RedisStatus};
+use crate::engine::executor::{Outcome, Owner};
+use crate::engine::hash::template_hash;
+use crate::engine::plan::{DeleteReason, Desired, Plan, Strategy, victim};
+use crate::engine::pods::TEMPLATE_HASH_LABEL;
+use crate::engine::{ObservedPod, plan};
+
+pub const CONTROLLER: &str = "redis";
+const KIND: &str = "Redis";
+const NAME_LABEL: &str = "app.kubernetes.io/name";
+const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Uid and gid of the redis user in the official image.
+const REDIS_UID: i64 = 999;
+
+/// Redis rolls one Pod at a time and replaces a Pod only once its
+/// successor is Ready.
+const ROLLOUT: Strategy = Strategy::RollingUpdate {
+    max_surge: 1,
+    max_unavailable: 0,
+};
+
+/// The labels that select a Redis's Pods.
+pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
+    [
+        (NAME_LABEL.to_string(), "redis".to_string()),
+        (INSTANCE_LABEL.to_string(), name.to_string()),
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+    ]
+    .into()
+}
+
+/// The selector in string form, for status.selector and `kubectl scale`.
+pub fn selector_string(name: &str) -> String {
+    selector_labels(name)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The Pod template of a Redis, with its template hash label. Pure.
+pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
+    let spec = &redis.spec;
+    let port = spec.port;
+    let container = Container {
+        name: "redis".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.as_str().into()),
+        command: Some(vec!["redis-server".into()]),
+        args: Some(vec![
+            "--port".into(),
+            port.to_string(),
+            "--dir".into(),
+            "/data".into(),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("redis".into()),
+            container_port: port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(port),
+                host: None,
+            }),
+            period_seconds: Some(5),
+            ..Default::default()
+        }),
+        resources: spec.resources.clone(),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let pod_spec = PodSpec {
+        containers: vec![container],
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(REDIS_UID),
+            run_as_group: Some(REDIS_UID),
+            fs_group: Some(REDIS_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
+        volumes: Some(vec![Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let mut template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(selector_labels(&redis.name_any())),
+            ..Default::default()
+        }),
+        spec: Some(pod_spec),
+    };
+    let hash = template_hash(&template);
+    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        labels.insert(TEMPLATE_HASH_LABEL.into(), hash);
+    }
+    template
+}
+
+fn revision_of(template: &PodTemplateSpec) -> String {
+    template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.as_ref())
+        .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The status a Redis should show. Pure: `previous` supplies the
+/// conditions' transition times and the last ReplicaFailure when this step
+/// did not act.
+pub fn desired_status(
+    redis: &Redis,
+    plan: &Plan,
+    outcome: Option<&Outcome>,
+    now: Timestamp,
+) -> RedisStatus {
+    let replicas = redis.spec.replicas.max(0);
+    let c = plan.counts;
+    let previous = redis.status.clone().unwrap_or_default();
+    let all_ready = c.ready == replicas && c.updated == replicas && c.replicas == replicas;
+    let ready = Cond {
+        type_: "Ready",
+        status: all_ready,
+        reason: if all_ready {
+            "AllReplicasReady"
+        } else {
+            "ReplicasNotReady"
+        },
+        message: format!(
+            "{} of {} replicas ready, {} on the current template",
+            c.ready, replicas, c.updated
+        ),
+    };
+    let progressing = if plan.complete {
+        Cond {
+            type_: "Progressing",
+            status: false,
+            reason: "Complete",
+            message: format!("{replicas} replicas on the current template"),
+        }
+    } else if plan.rolling {
+        Cond {
+            type_: "Progressing",
+            status: true,
+            reason: "RollingUpdate",
+            message: format!("{} of {} replicas updated", c.updated, replicas),
+        }
+    } else {
+        Cond {
+            type_: "Progressing",
+            status: true,
+            reason: "Scaling",
+            message: format!("{} replicas, want {}", c.replicas, replicas),
+        }
+    };
+    let failure = match outcome {
+        Some(Outcome {
+            failure: Some(f), ..
+        }) => Cond {
+            type_: "ReplicaFailure",
+            status: true,
+            reason: f.reason,
+            message: f.message.clone(),
+        },
+        Some(_) => Cond {
+            type_: "ReplicaFailure",
+            status: false,
+            reason: "NoFailure",
+            message: "the last Pod creates and deletes succeeded".into(),
+        },
+        None => match conditions::find(&previous.conditions, "ReplicaFailure") {
+            Some(old) => Cond {
+                type_: "ReplicaFailure",
+                status: old.status == "True",
+                reason: match old.reason.as_str() {
+                    "FailedCreate" => "FailedCreate",
+                    "FailedDelete" => "FailedDelete",
+                    _ => "NoFailure",
+                },
+                message: old.message.clone(),
+            },
+            None => Cond {
+                type_: "ReplicaFailure",
+                status: false,
+                reason: "NoFailure",
+                message: "no Pod create or delete has failed".into(),
+            },
+        },
+    };
+    RedisStatus {
+        replicas: c.replicas,
+        ready_replicas: c.ready,
+        updated_replicas: c.updated,
+        observed_generation: redis.metadata.generation,
+        selector: selector_string(&redis.name_any()),
+        conditions: conditions::merge(
+            &previous.conditions,
+            vec![ready, progressing, failure],
+            redis.metadata.generation,
+            now,
+        ),
+    }
+}
+
+fn owner(redis: &Redis) -> Owner {
+    let namespace = redis.namespace().unwrap_or_default();
+    let name = redis.name_any();
+    Owner {
+        key: (KIND, namespace.clone(), name.clone()),
+        namespace,
+        name,
+        reference: redis
+            .controller_owner_ref(&())
+            .expect("a Redis from the API server has a name and uid"),
+        event_target: redis.object_ref(&()),
+    }
+}
+
+fn observed(ctx: &Context, redis: &Redis) -> Vec<ObservedPod> {
+    let uid = redis.uid().unwrap_or_default();
+    ctx.owned_pods(&redis.namespace().unwrap_or_default(), &uid)
+        .iter()
+        .filter_map(|p| ObservedPod::from_pod(p))
+        .collect()
+}
+
+/// Entry point for the controller.
+#[instrument(skip_all, fields(namespace = %redis.namespace().unwrap_or_default(), name = %redis.name_any()))]
+pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let api: Api<Redis> =
+        Api::namespaced(ctx.client.clone(), &redis.namespace().unwrap_or_default());
+    let result = finalizer(&api, FINALIZER, redis.clone(), |event| async {
+        match event {
+            Finalizer::Apply(r) => apply(&r, &ctx).await,
+            Finalizer::Cleanup(r) => cleanup(&r, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    let metrics = &ctx.executor.metrics;
+    let elapsed = started.elapsed().as_secs_f64();
+    match &result {
+        Ok(_) => {
+            ctx.succeeded(
+                KIND,
+                &redis.namespace().unwrap_or_default(),
+                &redis.name_any(),
+            );
+            metrics.reconciled(CONTROLLER, "success", elapsed);
+        }
+        Err(e) if e.is_waiting() => metrics.reconciled(CONTROLLER, "requeue", elapsed),
+        Err(e) => {
+            metrics.reconciled(CONTROLLER, "error", elapsed);
+            metrics.reconcile_error(CONTROLLER, e.metric_label());
+        }
+    }
+    result
+}
+
+/// Requeue policy on error.
+pub fn error_policy(redis: Arc<Redis>, error: &Error, ctx: Arc<Context>) -> Action {
+    if !error.is_waiting() {
+        tracing::warn!(namespace = %redis.namespace().unwrap_or_default(), name = %redis.name_any(), error = %error, "reconcile failed");
+    }
+    ctx.backoff(
+        KIND,
+        &redis.namespace().unwrap_or_default(),
+        &redis.name_any(),
+        error,
+    )
+}
+
+async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
+    let template = pod_template(redis);
+    let desired = Desired {
+        replicas: redis.spec.replicas,
+        revision: revision_of(&template),
+        strategy: ROLLOUT,
+        min_ready_seconds: 0,
+        paused: false,
+    };
+    let pods = observed(ctx, redis);
+    let now = Timestamp::now();
+    let plan = plan(&desired, &pods, now);
+    let owner = owner(redis);
+
+    let settled = ctx.executor.expectations.satisfied(&owner.key);
+    let outcome = if settled && (plan.create > 0 || !plan.delete.is_empty()) {
+        Some(ctx.executor.execute(&owner, &template, &plan).await)
+    } else if settled {
+        Some(Outcome::default())
+    } else {
+        None
+    };
+    if let Some(o) = &outcome
+        && (o.created > 0 || o.deleted > 0)
+    {
+        info!(created = o.created, deleted = o.deleted, "pods changed");
+    }
+
+    let status = desired_status(redis, &plan, outcome.as_ref(), now);
+    if redis.status.as_ref() != Some(&status) {
+        let api: Api<Redis> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        api.patch_status(
+            &owner.name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+    }
+
+    Ok(match (settled, plan.recheck_after_seconds) {
+        // Expectations unseen: their events trigger the next reconcile;
+        // this is only the safety net should one be lost.
+        (false, _) => Action::requeue(Duration::from_secs(30)),
+        (true, Some(s)) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
+        (true, None) => Action::await_change(),
+    })
+}
+
+/// Deletes every Pod, newest first, and succeeds (letting the finalizer go)
+/// only once none is left, not even terminating.
+async fn cleanup(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
+    let owner = owner(redis);
+    let mut pods = observed(ctx, redis);
+    let unseen_creates = ctx.executor.expectations.pending_creates(&owner.key);
+    if pods.is_empty() && unseen_creates == 0 {
+        ctx.executor
+            .event(
+                &owner,
+                EventType::Normal,
+                "CleanupComplete",
+                "Cleanup",
+                "All Pods are gone; removing the finalizer".into(),
+            )
+            .await;
+        ctx.executor.expectations.forget(&owner.key);
+        return Ok(Action::await_change());
+    }
+    pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+    let to_delete: Vec<_> = pods
+        .iter()
+        .filter(|p| !p.terminating)
+        .map(|p| victim(p, DeleteReason::Cleanup))
+        .collect();
+    if !to_delete.is_empty() {
+        ctx.executor
+            .event(
+                &owner,
+                EventType::Normal,
+                "Cleanup",
+                "Cleanup",
+                format!(
+                    "Deleting {} Pods before the Redis is removed ({} already terminating)",
+                    to_delete.len(),
+                    pods.len() - to_delete.len()
+                ),
+            )
+            .await;
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(ctx.client.clone(), &owner.namespace);
+        for v in &to_delete {
+            // Newest first, one after the other, as the order promises.
+            let _ = ctx.executor.delete_one(&api, &owner, v).await;
+        }
+    }
+    Err(Error::CleanupPending {
+        remaining: pods.len().max(unseen_creates),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::RedisSpec;
+    use crate::crd::redis::PullPolicy;
+
+    fn redis(port: i32, image: &str) -> Redis {
+        let mut r = Redis::new(
+            "cache",
+            RedisSpec {
+                replicas: 3,
+                image: image.into(),
+                port,
+                resources: None,
+                image_pull_policy: PullPolicy::IfNotPresent,
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.generation = Some(2);
+        r
+    }
+
+    #[test]
+    fn template_runs_redis_on_the_port_and_hash_follows_the_spec() {
+        let t = pod_template(&redis(7000, "redis:7"));
+        let c = &t.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            c.args.as_ref().unwrap()[..2],
+            ["--port".to_string(), "7000".to_string()]
+        );
+        assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7000);
+        assert_eq!(
+            c.readiness_probe
+                .as_ref()
+                .unwrap()
+                .tcp_socket
+                .as_ref()
+                .unwrap()
+                .port,
+            IntOrString::Int(7000)
+        );
+        let h1 = revision_of(&t);
+        assert_eq!(h1, revision_of(&pod_template(&redis(7000, "redis:7"))));
+        assert_ne!(h1, revision_of(&pod_template(&redis(7001, "redis:7"))));
+        assert_ne!(h1, revision_of(&pod_template(&redis(7000, "redis:8"))));
+        let labels = t.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels[INSTANCE_LABEL], "cache");
+        assert_eq!(labels[MANAGED_BY_LABEL], "podkeeper");
+    }
+
+    #[test]
+    fn status_reports_counts_conditions_and_selector() {
+        let r = redis(6379, "redis:7");
+        let pods = vec![crate::engine::pods::test_support::pod(
+            "a",
+            &revision_of(&pod_template(&r)),
+            1,
+        )];
+        let now = Timestamp::from_second(10_000).unwrap();
+        let d = Desired {
+            replicas: 3,
+            revision: revision_of(&pod_template(&r)),
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+        };
+        let p = plan(&d, &pods, now);
+        let s = desired_status(&r, &p, Some(&Outcome::default()), now);
+        assert_eq!(
+            (s.replicas, s.ready_replicas, s.updated_replicas),
+            (1, 1, 1)
+        );
+        assert_eq!(s.observed_generation, Some(2));
+        assert_eq!(
+            s.selector,
+            "app.kubernetes.io/instance=cache,app.kubernetes.io/managed-by=podkeeper,app.kubernetes.io/name=redis"
+        );
+        let ready = conditions::find(&s.conditions, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ReplicasNotReady")
+        );
+        let progressing = conditions::find(&s.conditions, "Progressing").unwrap();
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "Scaling")
+        );
+        // Same inputs, later: nothing changes, so nothing would be written.
+        let mut r2 = r.clone();
+        r2.status = Some(s.clone());
+        let later = Timestamp::from_second(20_000).unwrap();
+        assert_eq!(
+            desired_status(
+                &r2,
+                &plan(&d, &pods, later),
+                Some(&Outcome::default()),
+                later
+            ),
+            s
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `Redis`: a number of redis-server Pods managed directly by podkeeper.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Longest Redis name: Pods are named `<name>-<5 characters>` and must stay
+/// valid DNS labels (63 characters), usable as host names.
+pub const MAX_NAME_LENGTH: usize = 57;
+/// The most replicas one Redis may ask for.
+pub const MAX_REPLICAS: i32 = 1000;
+pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
+
+/// A set of redis-server Pods, created, healed, scaled and rolled by
+/// podkeeper directly (no Deployment, ReplicaSet or StatefulSet). Deleting a
+/// Redis deletes its Pods first; the Redis disappears last.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "podkeeper.dev",
+    version = "v1",
+    kind = "Redis",
+    plural = "redises",
+    namespaced,
+    status = "RedisStatus",
+    shortname = "rds",
+    category = "podkeeper",
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
+    printcolumn(name = "Port", type_ = "integer", json_path = ".spec.port"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    validation = Rule::new("size(self.metadata.name) <= 57").message("metadata.name must be at most 57 characters: Pods are named <name>-<5 characters> and must stay within 63"),
+    doc = "A set of redis-server Pods managed directly by podkeeper"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisSpec {
+    /// Number of redis-server Pods. 0 keeps the Redis but runs no Pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: i32,
+
+    /// Container image that provides redis-server.
+    #[serde(default = "default_image")]
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("!self.contains(' ') && self.trim() == self").message("image must not contain spaces"))]
+    pub image: String,
+
+    /// TCP port redis-server listens on (passed as --port), from 1234 to 54321.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1234, max = 54321))]
+    pub port: i32,
+
+    /// Compute resources of the redis container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// When the kubelet pulls the image: Always, IfNotPresent or Never.
+    #[serde(default)]
+    pub image_pull_policy: PullPolicy,
+}
+
+/// Image pull policy of the redis container.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum PullPolicy {
+    Always,
+    #[default]
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+fn default_port() -> i32 {
+    6379
+}
+
+/// Observed state of a Redis.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisStatus {
+    /// Pods that are neither terminating nor finished, on any template.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Pods whose Ready condition is True.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Pods on the current template (image, port, resources).
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Label selector of the Pods, in string form (for the scale subresource).
+    #[serde(default)]
+    pub selector: String,
+    /// Ready, Progressing and ReplicaFailure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

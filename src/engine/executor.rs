@@ -1,0 +1,276 @@
+//! Carries a [`Plan`] out against the API server: creates Pods from the
+//! template in slow-start batches, deletes victims with a uid precondition,
+//! records expectations before every call and an Event after it.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use rand::RngExt;
+use tracing::{debug, warn};
+
+use super::expectations::{Expectations, OwnerKey};
+use super::plan::{DeleteReason, Plan, Victim};
+use crate::metrics::Metrics;
+
+/// Characters of generated name suffixes: the same alphabet Kubernetes uses
+/// for generateName (no vowels, no confusable characters).
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// The first failure in a step, for the ReplicaFailure condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// `FailedCreate` or `FailedDelete`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What a step did.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub created: usize,
+    pub deleted: usize,
+    pub failure: Option<Failure>,
+}
+
+/// The object whose Pods are managed.
+pub struct Owner {
+    pub key: OwnerKey,
+    pub namespace: String,
+    pub name: String,
+    /// The controller reference every Pod carries.
+    pub reference: OwnerReference,
+    /// Where Events are recorded.
+    pub event_target: ObjectReference,
+}
+
+/// Shared by all reconciles of all kinds.
+#[derive(Clone)]
+pub struct Executor {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub expectations: Arc<Expectations>,
+    pub metrics: Arc<Metrics>,
+    /// Name of the controller, for metrics.
+    pub controller: &'static str,
+}
+
+/// A Pod name: the owner's name, a dash and five random characters.
+pub fn pod_name(owner: &str) -> String {
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| SUFFIX_ALPHABET[rng.random_range(0..SUFFIX_ALPHABET.len())] as char)
+        .collect();
+    format!("{owner}-{suffix}")
+}
+
+impl Executor {
+    /// Creates `plan.create` Pods and deletes `plan.delete`, stopping at the
+    /// first failed create batch.
+    pub async fn execute(&self, owner: &Owner, template: &PodTemplateSpec, plan: &Plan) -> Outcome {
+        let mut outcome = Outcome::default();
+        self.delete(owner, &plan.delete, &mut outcome).await;
+        self.create(owner, template, plan.create.max(0) as usize, &mut outcome)
+            .await;
+        outcome
+    }
+
+    /// Slow start, as the ReplicaSet controller does: batches of 1, 2, 4, ...
+    /// so that a create that fails for every Pod (quota, admission) fails
+    /// once, not a hundred times.
+    async fn create(
+        &self,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+        count: usize,
+        outcome: &mut Outcome,
+    ) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let mut batch = 1usize;
+        let mut remaining = count;
+        while remaining > 0 {
+            let size = batch.min(remaining);
+            let results = join_all((0..size).map(|_| self.create_one(&api, owner, template))).await;
+            let mut failed = false;
+            for r in results {
+                match r {
+                    Ok(()) => outcome.created += 1,
+                    Err(f) => {
+                        failed = true;
+                        outcome.failure.get_or_insert(f);
+                    }
+                }
+            }
+            if failed {
+                let skipped = remaining - size;
+                if skipped > 0 {
+                    debug!(skipped, "slow start stopped after a failed create");
+                }
+                return;
+            }
+            remaining -= size;
+            batch *= 2;
+        }
+    }
+
+    async fn create_one(
+        &self,
+        api: &Api<Pod>,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+    ) -> Result<(), Failure> {
+        let name = pod_name(&owner.name);
+        let mut metadata = template.metadata.clone().unwrap_or_default();
+        metadata.name = Some(name.clone());
+        metadata.generate_name = None;
+        metadata.namespace = Some(owner.namespace.clone());
+        metadata.owner_references = Some(vec![owner.reference.clone()]);
+        let pod = Pod {
+            metadata,
+            spec: template.spec.clone(),
+            status: None,
+        };
+        self.expectations.expect_create(&owner.key, &name);
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(_) => {
+                self.metrics.pods_created(self.controller);
+                self.event(
+                    owner,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    "Create",
+                    format!("Created pod: {name}"),
+                )
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                self.expectations.create_failed(&owner.key, &name);
+                let message = format!("Error creating pod {name}: {}", api_message(&e));
+                warn!(pod = %name, error = %e, "create failed");
+                self.metrics.pod_operation_failed(self.controller, "create");
+                self.event(
+                    owner,
+                    EventType::Warning,
+                    "FailedCreate",
+                    "Create",
+                    message.clone(),
+                )
+                .await;
+                Err(Failure {
+                    reason: "FailedCreate",
+                    message,
+                })
+            }
+        }
+    }
+
+    async fn delete(&self, owner: &Owner, victims: &[Victim], outcome: &mut Outcome) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let results = join_all(victims.iter().map(|v| self.delete_one(&api, owner, v))).await;
+        for r in results {
+            match r {
+                Ok(true) => outcome.deleted += 1,
+                Ok(false) => {}
+                Err(f) => {
+                    outcome.failure.get_or_insert(f);
+                }
+            }
+        }
+    }
+
+    /// Deletes one Pod if it is still the one observed (same uid). Returns
+    /// whether a delete was issued.
+    pub async fn delete_one(
+        &self,
+        api: &Api<Pod>,
+        owner: &Owner,
+        victim: &Victim,
+    ) -> Result<bool, Failure> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(victim.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.expectations.expect_delete(&owner.key, &victim.uid);
+        match api.delete(&victim.name, &params).await {
+            Ok(_) => {
+                self.metrics.pods_deleted(self.controller);
+                let why = match victim.reason {
+                    DeleteReason::ScaleDown => "scale down",
+                    DeleteReason::Outdated => "outdated template",
+                    DeleteReason::Finished => "pod finished",
+                    DeleteReason::Cleanup => "owner deleted",
+                };
+                self.event(
+                    owner,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    "Delete",
+                    format!("Deleted pod: {} ({why})", victim.name),
+                )
+                .await;
+                Ok(true)
+            }
+            // Already gone, or replaced by another Pod of the same name:
+            // either way there is nothing left to delete or to wait for.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                self.expectations.delete_failed(&owner.key, &victim.uid);
+                Ok(false)
+            }
+            Err(e) => {
+                self.expectations.delete_failed(&owner.key, &victim.uid);
+                let message = format!("Error deleting pod {}: {}", victim.name, api_message(&e));
+                warn!(pod = %victim.name, error = %e, "delete failed");
+                self.metrics.pod_operation_failed(self.controller, "delete");
+                self.event(
+                    owner,
+                    EventType::Warning,
+                    "FailedDelete",
+                    "Delete",
+                    message.clone(),
+                )
+                .await;
+                Err(Failure {
+                    reason: "FailedDelete",
+                    message,
+                })
+            }
+        }
+    }
+
+    /// Records an Event; a failure to record is logged, never fatal.
+    pub async fn event(
+        &self,
+        owner: &Owner,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &owner.event_target).await {
+            debug!(error = %e, reason, "could not record event");
+        }
+    }
+}
+
+/// The API server's message for an API error, else the error itself.
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}

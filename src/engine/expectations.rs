@@ -1,0 +1,167 @@
+//! Expectations, as the ReplicaSet controller keeps them: creates and
+//! deletes that were sent but not yet seen in the watch cache.
+//!
+//! podkeeper names its Pods itself (`<owner>-<5 random characters>`), so it
+//! records the exact name before each create and the uid before each delete.
+//! The Pod watch stream marks them observed as its events arrive. While an
+//! owner has unobserved expectations, its reconciles plan from a cache that
+//! may not show those Pods yet, so they do not create or delete, and a stale
+//! cache cannot cause duplicates. Entries expire after [`TTL`] in case an
+//! event is never seen (the ReplicaSet controller uses the same five minutes).
+//!
+//! A restarted operator starts with no expectations and a fresh list, which
+//! shows every Pod the previous process created.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const TTL: Duration = Duration::from_secs(300);
+
+/// Identifies an owner by kind, namespace and name.
+pub type OwnerKey = (&'static str, String, String);
+
+#[derive(Default)]
+struct Pending {
+    creates: HashMap<String, Instant>,
+    deletes: HashMap<String, Instant>,
+}
+
+/// Shared by reconciles and the Pod event stream.
+#[derive(Default)]
+pub struct Expectations {
+    inner: Mutex<HashMap<OwnerKey, Pending>>,
+}
+
+impl Expectations {
+    pub fn expect_create(&self, owner: &OwnerKey, pod_name: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(owner.clone())
+            .or_default()
+            .creates
+            .insert(pod_name.to_string(), Instant::now());
+    }
+
+    pub fn expect_delete(&self, owner: &OwnerKey, pod_uid: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(owner.clone())
+            .or_default()
+            .deletes
+            .insert(pod_uid.to_string(), Instant::now());
+    }
+
+    /// A create that failed will never be observed.
+    pub fn create_failed(&self, owner: &OwnerKey, pod_name: &str) {
+        self.update(owner, |p| {
+            p.creates.remove(pod_name);
+        });
+    }
+
+    /// A delete that failed (or found the Pod already gone) will never be
+    /// observed as such.
+    pub fn delete_failed(&self, owner: &OwnerKey, pod_uid: &str) {
+        self.update(owner, |p| {
+            p.deletes.remove(pod_uid);
+        });
+    }
+
+    /// Called for every Pod event: any sight of the name satisfies a create;
+    /// a deletion, or a Pod seen terminating, satisfies a delete.
+    pub fn observe(
+        &self,
+        owner: &OwnerKey,
+        pod_name: &str,
+        pod_uid: &str,
+        gone_or_terminating: bool,
+    ) {
+        self.update(owner, |p| {
+            p.creates.remove(pod_name);
+            if gone_or_terminating {
+                p.deletes.remove(pod_uid);
+            }
+        });
+    }
+
+    /// True when nothing sent for this owner is still unseen (expired
+    /// entries are dropped).
+    pub fn satisfied(&self, owner: &OwnerKey) -> bool {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = map.get_mut(owner) else {
+            return true;
+        };
+        p.creates.retain(|_, t| t.elapsed() < TTL);
+        p.deletes.retain(|_, t| t.elapsed() < TTL);
+        let done = p.creates.is_empty() && p.deletes.is_empty();
+        if done {
+            map.remove(owner);
+        }
+        done
+    }
+
+    /// Number of creates still unseen, for cleanup (a Pod may still appear).
+    pub fn pending_creates(&self, owner: &OwnerKey) -> usize {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(owner)
+            .map(|p| p.creates.values().filter(|t| t.elapsed() < TTL).count())
+            .unwrap_or(0)
+    }
+
+    /// Forgets an owner once it is gone.
+    pub fn forget(&self, owner: &OwnerKey) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner);
+    }
+
+    fn update(&self, owner: &OwnerKey, f: impl FnOnce(&mut Pending)) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = map.get_mut(owner) {
+            f(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> OwnerKey {
+        ("Redis", "ns".into(), "r".into())
+    }
+
+    #[test]
+    fn creates_and_deletes_block_until_observed() {
+        let e = Expectations::default();
+        assert!(e.satisfied(&key()));
+        e.expect_create(&key(), "r-abcde");
+        e.expect_delete(&key(), "uid-1");
+        assert!(!e.satisfied(&key()));
+        assert_eq!(e.pending_creates(&key()), 1);
+        e.observe(&key(), "r-abcde", "uid-new", false);
+        assert!(!e.satisfied(&key()), "the delete is still unseen");
+        e.observe(&key(), "r-other", "uid-1", false);
+        assert!(
+            !e.satisfied(&key()),
+            "a live sighting does not satisfy a delete"
+        );
+        e.observe(&key(), "r-other", "uid-1", true);
+        assert!(e.satisfied(&key()));
+    }
+
+    #[test]
+    fn failures_release_expectations() {
+        let e = Expectations::default();
+        e.expect_create(&key(), "r-a");
+        e.expect_delete(&key(), "u");
+        e.create_failed(&key(), "r-a");
+        e.delete_failed(&key(), "u");
+        assert!(e.satisfied(&key()));
+        let other: OwnerKey = ("Application", "ns".into(), "r".into());
+        e.expect_create(&other, "x");
+        assert!(e.satisfied(&key()));
+        assert!(!e.satisfied(&other));
+        e.forget(&other);
+        assert!(e.satisfied(&other));
+    }
+}

@@ -1,0 +1,202 @@
+//! Observed Pods as plain values, so that planning and ranking are pure.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+/// The label that carries a Pod's template hash.
+pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
+/// The annotation that ranks Pods for scale-down (as for ReplicaSets).
+pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// A Pod's phase, in the order the ReplicaSet controller prefers to delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Pending,
+    Unknown,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// What the engine needs to know about one Pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedPod {
+    pub name: String,
+    pub uid: String,
+    /// The template hash label, if any.
+    pub revision: Option<String>,
+    pub phase: Phase,
+    /// Bound to a node.
+    pub node: Option<String>,
+    /// When the Ready condition last turned True, if it is True now.
+    pub ready_since: Option<Timestamp>,
+    pub deletion_cost: i32,
+    pub created: Timestamp,
+    /// Has a deletionTimestamp.
+    pub terminating: bool,
+    pub restarts: i32,
+}
+
+impl ObservedPod {
+    /// Counts towards the replicas: neither terminating nor finished.
+    pub fn is_active(&self) -> bool {
+        !self.terminating && !matches!(self.phase, Phase::Succeeded | Phase::Failed)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready_since.is_some()
+    }
+
+    /// Ready for at least `min_ready_seconds` at `now`.
+    pub fn is_available(&self, min_ready_seconds: i64, now: Timestamp) -> bool {
+        match self.ready_since {
+            Some(since) => {
+                min_ready_seconds <= 0 || now.as_second() - since.as_second() >= min_ready_seconds
+            }
+            None => false,
+        }
+    }
+
+    /// Reads the fields the engine uses. A Pod without a name or uid (which
+    /// the API server never returns) yields `None`.
+    pub fn from_pod(pod: &Pod) -> Option<Self> {
+        let meta = &pod.metadata;
+        let status = pod.status.as_ref();
+        let phase = match status.and_then(|s| s.phase.as_deref()) {
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            Some("Pending") | None => Phase::Pending,
+            Some(_) => Phase::Unknown,
+        };
+        let ready_since = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.status == "True")
+            .map(|c| {
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or_default()
+            });
+        let restarts = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        Some(ObservedPod {
+            name: meta.name.clone()?,
+            uid: meta.uid.clone()?,
+            revision: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
+                .cloned(),
+            phase,
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            ready_since,
+            deletion_cost: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DELETION_COST_ANNOTATION))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or_default(),
+            terminating: meta.deletion_timestamp.is_some(),
+            restarts,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A running, ready, scheduled Pod of revision `rev` created at second
+    /// `created` and ready since then.
+    pub fn pod(name: &str, rev: &str, created: i64) -> ObservedPod {
+        ObservedPod {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            revision: Some(rev.into()),
+            phase: Phase::Running,
+            node: Some("node-a".into()),
+            ready_since: Some(Timestamp::from_second(created).unwrap()),
+            deletion_cost: 0,
+            created: Timestamp::from_second(created).unwrap(),
+            terminating: false,
+            restarts: 0,
+        }
+    }
+
+    pub fn pending(name: &str, rev: &str, created: i64) -> ObservedPod {
+        ObservedPod {
+            phase: Phase::Pending,
+            ready_since: None,
+            node: None,
+            ..pod(name, rev, created)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    #[test]
+    fn reads_a_ready_pod() {
+        let t = Timestamp::from_second(1_000).unwrap();
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                uid: Some("u".into()),
+                labels: Some([(TEMPLATE_HASH_LABEL.to_string(), "h1".to_string())].into()),
+                annotations: Some(
+                    [(DELETION_COST_ANNOTATION.to_string(), "-5".to_string())].into(),
+                ),
+                creation_timestamp: Some(Time(t)),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    last_transition_time: Some(Time(t)),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let o = ObservedPod::from_pod(&pod).unwrap();
+        assert_eq!(o.revision.as_deref(), Some("h1"));
+        assert_eq!(o.deletion_cost, -5);
+        assert_eq!(o.phase, Phase::Running);
+        assert!(o.is_active() && o.is_ready());
+        assert!(!o.is_available(10, Timestamp::from_second(1_005).unwrap()));
+        assert!(o.is_available(10, Timestamp::from_second(1_010).unwrap()));
+    }
+
+    #[test]
+    fn finished_and_terminating_pods_are_not_active() {
+        let mut p = test_support::pod("a", "h", 1);
+        p.phase = Phase::Failed;
+        assert!(!p.is_active());
+        let mut p = test_support::pod("a", "h", 1);
+        p.terminating = true;
+        assert!(!p.is_active());
+    }
+}

@@ -1,0 +1,34 @@
+#![forbid(unsafe_code)]
+//! podkeeper: a finalizer-driven operator that manages bare Pods for `Redis`
+//! and `Application` resources.
+//!
+//! - [`crd`]: the resource types.
+//! - [`engine`]: the Pod engine (pure planner, ranking, expectations,
+//!   executor) shared by every kind.
+//! - [`controller`]: the reconcilers, one per kind.
+//! - [`operator`]: wiring the controllers to a cluster.
+//! - [`localcluster`]: a real control plane built from source, for `dev` and
+//!   the tests.
+
+pub mod cli;
+pub mod controller;
+pub mod crd;
+pub mod dev;
+pub mod engine;
+pub mod localcluster;
+pub mod metrics;
+pub mod operator;
+pub mod telemetry;
+
+/// Top-level errors of the commands.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    LocalCluster(#[from] localcluster::Error),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("kubeconfig: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Other(String),
+}

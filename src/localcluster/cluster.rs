@@ -1,0 +1,541 @@
+//! Starting and stopping the local control plane.
+//!
+//! Every component is a child process. Each is started through
+//! `setpriv --pdeathsig KILL` where available, so that the kernel kills it
+//! even if podkeeper itself is killed with SIGKILL; otherwise (and in any
+//! case on drop) podkeeper kills them itself. The state directory (PKI, etcd
+//! data, logs) is temporary and removed on shutdown.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::process::{Child, Command};
+
+use super::pki::{self, Pki};
+use super::{Error, ensure_binaries};
+
+/// How to start the local cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// Number of simulated nodes.
+    pub nodes: u32,
+    /// Raise the client QPS limits of the controller-manager and scheduler
+    /// and remove the apiserver's in-flight limits (for benchmarks).
+    pub raise_qps_limits: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            raise_qps_limits: false,
+        }
+    }
+}
+
+struct Component {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+/// A running local control plane. Dropping it kills every component and
+/// removes its state directory; [`LocalCluster::shutdown`] does the same and
+/// waits for the processes to exit.
+pub struct LocalCluster {
+    components: Vec<Component>,
+    kubeconfig: Kubeconfig,
+    kubeconfig_path: PathBuf,
+    apiserver_url: String,
+    state: Option<tempfile::TempDir>,
+}
+
+const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+impl LocalCluster {
+    /// Builds what is missing, starts every component and waits until the
+    /// apiserver is ready and all nodes report Ready.
+    pub async fn start(options: ClusterOptions) -> Result<Self, Error> {
+        let binaries = tokio::task::spawn_blocking(ensure_binaries)
+            .await
+            .map_err(|e| Error::Startup {
+                component: "build".into(),
+                detail: e.to_string(),
+            })??;
+        let started = Instant::now();
+        let state = tempfile::Builder::new()
+            .prefix("podkeeper-cluster-")
+            .tempdir()
+            .map_err(|e| Error::io("creating the cluster state directory".into(), e))?;
+        let dir = state.path().to_path_buf();
+        let pki = pki::generate(&dir)?;
+
+        let etcd_client = free_port()?;
+        let etcd_peer = free_port()?;
+        let apiserver_port = free_port()?;
+        let apiserver_url = format!("https://127.0.0.1:{apiserver_port}");
+        let kubeconfig = admin_kubeconfig(&pki, &apiserver_url)?;
+        let kubeconfig_path = dir.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &kubeconfig_path)?;
+
+        let mut cluster = LocalCluster {
+            components: Vec::new(),
+            kubeconfig,
+            kubeconfig_path,
+            apiserver_url,
+            state: Some(state),
+        };
+
+        eprintln!(
+            "podkeeper: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok"
+        );
+        cluster.spawn(
+            "etcd",
+            &binaries.etcd,
+            etcd_args(&dir, etcd_client, etcd_peer),
+        )?;
+        cluster.spawn(
+            "kube-apiserver",
+            &binaries.kube_apiserver,
+            apiserver_args(&dir, &pki, etcd_client, apiserver_port, &options),
+        )?;
+        let client = cluster.client().await?;
+        cluster.wait_apiserver_ready(&client).await?;
+
+        let kc = cluster.kubeconfig_path.display().to_string();
+        cluster.spawn(
+            "kube-controller-manager",
+            &binaries.kube_controller_manager,
+            controller_manager_args(&kc, &pki, &options),
+        )?;
+        cluster.spawn(
+            "kube-scheduler",
+            &binaries.kube_scheduler,
+            scheduler_args(&kc, &options),
+        )?;
+        let stages = dir.join("kwok-stages.yaml");
+        std::fs::write(&stages, include_str!("kwok-stages.yaml"))
+            .map_err(|e| Error::io("writing kwok stages".into(), e))?;
+        cluster.spawn("kwok", &binaries.kwok, kwok_args(&kc, &stages))?;
+
+        create_nodes(&client, options.nodes).await?;
+        cluster.wait_nodes_ready(&client, options.nodes).await?;
+        eprintln!(
+            "podkeeper: local cluster ready at {} with {} kwok nodes in {:.1}s",
+            cluster.apiserver_url,
+            options.nodes,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(cluster)
+    }
+
+    /// The admin kubeconfig (client certificate in `system:masters`).
+    pub fn kubeconfig(&self) -> &Kubeconfig {
+        &self.kubeconfig
+    }
+
+    /// Where the admin kubeconfig is written inside the state directory.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// Writes the admin kubeconfig, with certificates inline, to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
+        write_kubeconfig(&self.kubeconfig, path)
+    }
+
+    /// The apiserver's URL.
+    pub fn apiserver_url(&self) -> &str {
+        &self.apiserver_url
+    }
+
+    /// An admin client for this cluster.
+    pub async fn client(&self) -> Result<Client, Error> {
+        let config =
+            Config::from_custom_kubeconfig(self.kubeconfig.clone(), &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Startup {
+                    component: "kubeconfig".into(),
+                    detail: e.to_string(),
+                })?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Resolves when any component exits, naming it and the tail of its log.
+    pub async fn wait_for_component_exit(&mut self) -> Error {
+        let waits = self.components.iter_mut().map(|c| {
+            Box::pin(async move {
+                let status = c.child.wait().await;
+                (c.name, c.log.clone(), status)
+            })
+        });
+        let ((name, log, status), _, _) = futures::future::select_all(waits).await;
+        Error::Startup {
+            component: name.into(),
+            detail: format!(
+                "exited unexpectedly ({status:?}); last log lines:\n{}",
+                log_tail(&log)
+            ),
+        }
+    }
+
+    /// Stops every component (in reverse order of start), waits for them to
+    /// exit and removes the state directory.
+    pub async fn shutdown(mut self) {
+        while let Some(mut c) = self.components.pop() {
+            let _ = c.child.start_kill();
+            let _ = c.child.wait().await;
+        }
+        if let Some(state) = self.state.take() {
+            let _ = state.close();
+        }
+    }
+
+    fn spawn(&mut self, name: &'static str, binary: &Path, args: Vec<String>) -> Result<(), Error> {
+        let dir = self
+            .state
+            .as_ref()
+            .map(|s| s.path().to_path_buf())
+            .unwrap_or_default();
+        let log = dir.join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log)
+            .map_err(|e| Error::io(format!("creating {}", log.display()), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| Error::io("cloning log handle".into(), e))?;
+        let mut cmd = match setpriv() {
+            Some(setpriv) => {
+                let mut cmd = Command::new(setpriv);
+                cmd.args(["--pdeathsig", "KILL", "--"]).arg(binary);
+                cmd
+            }
+            None => Command::new(binary),
+        };
+        cmd.args(&args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err)
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|e| Error::Startup {
+            component: name.into(),
+            detail: format!("{}: {e}", binary.display()),
+        })?;
+        self.components.push(Component { name, child, log });
+        Ok(())
+    }
+
+    /// Fails fast, with the component's log, if one has already died.
+    fn check_alive(&mut self) -> Result<(), Error> {
+        for c in &mut self.components {
+            if let Ok(Some(status)) = c.child.try_wait() {
+                return Err(Error::Startup {
+                    component: c.name.into(),
+                    detail: format!(
+                        "exited during start-up ({status}); last log lines:\n{}",
+                        log_tail(&c.log)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_apiserver_ready(&mut self, client: &Client) -> Result<(), Error> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let port = self
+            .apiserver_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or(0);
+        // Wait for the port first, so that the client does not log every
+        // refused connection.
+        while tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .is_err()
+        {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(Error::Startup {
+                    component: "kube-apiserver".into(),
+                    detail: "did not open its port within 120s".into(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        loop {
+            self.check_alive()?;
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .expect("static request");
+            match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Ok(body) => {
+                    return Err(Error::Startup {
+                        component: "kube-apiserver".into(),
+                        detail: format!("not ready after 120s: {body}"),
+                    });
+                }
+                Err(e) => {
+                    return Err(Error::Startup {
+                        component: "kube-apiserver".into(),
+                        detail: format!("not ready after 120s: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn wait_nodes_ready(&mut self, client: &Client, nodes: u32) -> Result<(), Error> {
+        let api: Api<Node> = Api::all(client.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.check_alive()?;
+            let list = api.list(&ListParams::default()).await?;
+            let ready = list.items.iter().filter(|n| node_is_ready(n)).count();
+            if ready >= nodes as usize {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Startup {
+                    component: "kwok".into(),
+                    detail: format!("only {ready} of {nodes} nodes Ready after 60s"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for c in self.components.iter_mut().rev() {
+            let _ = c.child.start_kill();
+        }
+    }
+}
+
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create_nodes(client: &Client, nodes: u32) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    for i in 0..nodes {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(format!("kwok-node-{i}")),
+                annotations: Some([(NODE_ANNOTATION.to_string(), "fake".to_string())].into()),
+                labels: Some(
+                    [
+                        (
+                            "kubernetes.io/hostname".to_string(),
+                            format!("kwok-node-{i}"),
+                        ),
+                        ("kubernetes.io/os".to_string(), "linux".to_string()),
+                        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                        ("type".to_string(), "kwok".to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &node).await?;
+    }
+    Ok(())
+}
+
+fn setpriv() -> Option<PathBuf> {
+    ["/usr/bin/setpriv", "/bin/setpriv"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn free_port() -> Result<u16, Error> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| Error::io("finding a free port".into(), e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("finding a free port".into(), e))
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(25)..].join("\n")
+}
+
+fn etcd_args(dir: &Path, client: u16, peer: u16) -> Vec<String> {
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    vec![
+        "--name=podkeeper".into(),
+        format!("--data-dir={}", dir.join("etcd").display()),
+        format!("--listen-client-urls={client_url}"),
+        format!("--advertise-client-urls={client_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=podkeeper={peer_url}"),
+        // A throwaway cluster: durability is not worth the fsync latency.
+        "--unsafe-no-fsync=true".into(),
+        "--quota-backend-bytes=8589934592".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+fn apiserver_args(
+    dir: &Path,
+    pki: &Pki,
+    etcd: u16,
+    port: u16,
+    options: &ClusterOptions,
+) -> Vec<String> {
+    let p = |p: &Path| p.display().to_string();
+    let mut args = vec![
+        format!("--etcd-servers=http://127.0.0.1:{etcd}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        // The endpoint reconciler refuses loopback addresses; nothing here
+        // needs the kubernetes Service endpoints.
+        "--endpoint-reconciler-type=none".into(),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+        format!("--tls-cert-file={}", p(&pki.serving_cert)),
+        format!("--tls-private-key-file={}", p(&pki.serving_key)),
+        format!("--client-ca-file={}", p(&pki.ca_cert)),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!("--service-account-key-file={}", p(&pki.service_account_pub)),
+        format!(
+            "--service-account-signing-key-file={}",
+            p(&pki.service_account_key)
+        ),
+        "--service-cluster-ip-range=10.96.0.0/16".into(),
+        "--authorization-mode=Node,RBAC".into(),
+        "--allow-privileged=true".into(),
+        "--profiling=false".into(),
+        "--v=1".into(),
+    ];
+    if options.raise_qps_limits {
+        args.push("--max-requests-inflight=0".into());
+        args.push("--max-mutating-requests-inflight=0".into());
+        args.push("--enable-priority-and-fairness=false".into());
+    }
+    args
+}
+
+fn controller_manager_args(kubeconfig: &str, pki: &Pki, options: &ClusterOptions) -> Vec<String> {
+    let mut args = vec![
+        format!("--kubeconfig={kubeconfig}"),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=0".into(),
+        format!("--root-ca-file={}", pki.ca_cert.display()),
+        format!(
+            "--service-account-private-key-file={}",
+            pki.service_account_key.display()
+        ),
+        // Every default controller, the garbage collector included.
+        "--controllers=*".into(),
+        "--v=1".into(),
+    ];
+    if options.raise_qps_limits {
+        args.push("--kube-api-qps=5000".into());
+        args.push("--kube-api-burst=10000".into());
+    }
+    args
+}
+
+fn scheduler_args(kubeconfig: &str, options: &ClusterOptions) -> Vec<String> {
+    let mut args = vec![
+        format!("--kubeconfig={kubeconfig}"),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=0".into(),
+        "--v=1".into(),
+    ];
+    if options.raise_qps_limits {
+        args.push("--kube-api-qps=5000".into());
+        args.push("--kube-api-burst=10000".into());
+    }
+    args
+}
+
+fn kwok_args(kubeconfig: &str, stages: &Path) -> Vec<String> {
+    vec![
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--config={}", stages.display()),
+        format!("--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake"),
+        // kwok renews each node's Lease, which the node lifecycle controller
+        // takes as the heartbeat, so nodes never turn NotReady.
+        "--node-lease-duration-seconds=40".into(),
+        "--cidr=10.244.0.1/16".into(),
+        "--node-ip=10.0.0.1".into(),
+    ]
+}
+
+fn admin_kubeconfig(pki: &Pki, server: &str) -> Result<Kubeconfig, Error> {
+    let b64 = |path: &Path| -> Result<String, Error> {
+        let bytes =
+            std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Config
+clusters:
+- name: podkeeper-local
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: podkeeper-admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: podkeeper-local
+  context:
+    cluster: podkeeper-local
+    user: podkeeper-admin
+    namespace: default
+current-context: podkeeper-local
+"#,
+        ca = b64(&pki.ca_cert)?,
+        cert = b64(&pki.admin_cert)?,
+        key = b64(&pki.admin_key)?,
+    );
+    Kubeconfig::from_yaml(&yaml).map_err(|e| Error::Startup {
+        component: "kubeconfig".into(),
+        detail: e.to_string(),
+    })
+}
+
+fn write_kubeconfig(kubeconfig: &Kubeconfig, path: &Path) -> Result<(), Error> {
+    let yaml = serde_yaml_ng::to_string(kubeconfig).map_err(|e| Error::Startup {
+        component: "kubeconfig".into(),
+        detail: e.to_string(),
+    })?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    }
+    std::fs::write(path, yaml).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}

@@ -1,0 +1,20 @@
+use clap::Parser;
+use podkeeper::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    podkeeper::telemetry::init(cli.log_format);
+    let result = match cli.command {
+        Command::Dev(args) => podkeeper::dev::run(args).await,
+        Command::Run(args) => podkeeper::operator::run_from_env(args).await,
+        Command::Crd => podkeeper::crd::print_all(),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podkeeper: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
