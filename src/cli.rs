@@ -34,7 +34,11 @@ pub enum Command {
     /// or the in-cluster service account.
     Run(RunArgs),
     /// Print every CustomResourceDefinition as YAML.
-    Crd,
+    Crd {
+        /// Write one file per CRD, and a kustomization, into this directory.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

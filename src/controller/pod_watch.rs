@@ -81,6 +81,7 @@ fn route(pod: &Pod, deleted: bool, expectations: &Expectations, routes: &Routes)
         return;
     }
     let gone = deleted || meta.deletion_timestamp.is_some();
+    tracing::trace!(pod = %name, deleted, gone, owner = %owner.name, "pod event");
     if owner.kind == "Redis" {
         expectations.observe(
             &("Redis", namespace.clone(), owner.name.clone()),

@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument};
 
@@ -253,17 +253,7 @@ pub fn desired_status(
 }
 
 fn owner(redis: &Redis) -> Owner {
-    let namespace = redis.namespace().unwrap_or_default();
-    let name = redis.name_any();
-    Owner {
-        key: (KIND, namespace.clone(), name.clone()),
-        namespace,
-        name,
-        reference: redis
-            .controller_owner_ref(&())
-            .expect("a Redis from the API server has a name and uid"),
-        event_target: redis.object_ref(&()),
-    }
+    Owner::of(redis, KIND)
 }
 
 fn observed(ctx: &Context, redis: &Redis) -> Vec<ObservedPod> {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use rand::RngExt;
 use tracing::{debug, warn};
 
@@ -46,6 +46,30 @@ pub struct Owner {
     pub reference: OwnerReference,
     /// Where Events are recorded.
     pub event_target: ObjectReference,
+}
+
+impl Owner {
+    /// The owner `obj`, whose kind is `kind`.
+    pub fn of<K: Resource<DynamicType = ()>>(obj: &K, kind: &'static str) -> Self {
+        let meta = obj.meta();
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        Owner {
+            key: (kind, namespace.clone(), name.clone()),
+            reference: OwnerReference {
+                api_version: K::api_version(&()).into_owned(),
+                kind: K::kind(&()).into_owned(),
+                name: name.clone(),
+                uid: meta.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                // Foreground deletion of the owner waits for its Pods.
+                block_owner_deletion: Some(true),
+            },
+            event_target: obj.object_ref(&()),
+            namespace,
+            name,
+        }
+    }
 }
 
 /// Shared by all reconciles of all kinds.

@@ -1,0 +1,137 @@
+//! The local control plane itself: what every other test relies on.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, NamedAuthInfo};
+use kube::{Api, Client, Config, ResourceExt};
+
+use crate::harness::{TestEnv, kubeconfig, wait_for};
+
+#[tokio::test]
+async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
+    let env = TestEnv::new("cluster-pod").await;
+    let pods: Api<Pod> = env.api();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("plain".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "web".into(),
+                image: Some("nginx:1.27".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let ready = wait_for("the Pod to be Ready", Duration::from_secs(60), || async {
+        let p = pods.get("plain").await.ok()?;
+        let status = p.status.as_ref()?;
+        let ready = status.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && status.pod_ip.is_some()).then_some(p)
+    })
+    .await;
+    let node = ready.spec.unwrap().node_name.unwrap();
+    assert!(node.starts_with("kwok-node-"), "scheduled onto {node}");
+    assert_eq!(ready.status.unwrap().phase.as_deref(), Some("Running"));
+}
+
+#[tokio::test]
+async fn the_garbage_collector_deletes_dependents_of_a_deleted_owner() {
+    let env = TestEnv::new("cluster-gc").await;
+    let cms: Api<ConfigMap> = env.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("owner".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let dependent = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("dependent".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: owner.uid().unwrap(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &dependent).await.unwrap();
+    cms.delete("owner", &DeleteParams::background()).await.unwrap();
+    wait_for("the dependent to be collected", Duration::from_secs(60), || async {
+        match cms.get_opt("dependent").await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn rbac_denies_a_service_account_without_permissions() {
+    let env = TestEnv::new("cluster-rbac").await;
+    let sas: Api<ServiceAccount> = env.api();
+    sas.create(
+        &PostParams::default(),
+        &ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("nobody".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let token = sas
+        .create_token_request("nobody", &PostParams::default(), &TokenRequest::default())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .expect("a token");
+
+    let mut kc = kubeconfig();
+    kc.auth_infos = vec![NamedAuthInfo {
+        name: "nobody".into(),
+        auth_info: Some(AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    for ctx in &mut kc.contexts {
+        if let Some(c) = ctx.context.as_mut() {
+            c.user = Some("nobody".into());
+        }
+    }
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    let client = Client::try_from(config).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, &env.namespace);
+    match pods.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains("system:serviceaccount:"), "{}", s.message);
+        }
+        other => panic!("expected 403 Forbidden, got {other:?}"),
+    }
+}

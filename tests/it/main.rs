@@ -1,0 +1,5 @@
+//! Integration tests against a real control plane (see `harness`).
+
+mod cluster;
+mod harness;
+mod redis;

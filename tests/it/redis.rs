@@ -1,0 +1,458 @@
+//! Redis against the real control plane: admission, scaling, healing,
+//! rollouts, finalizer-ordered cleanup, crash recovery.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, ResourceExt};
+use podkeeper::crd::{Redis, RedisSpec};
+use serde_json::json;
+
+use crate::harness::{TestEnv, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn redis(name: &str, replicas: i32) -> Redis {
+    let spec: RedisSpec = serde_json::from_value(json!({ "replicas": replicas })).unwrap();
+    Redis::new(name, spec)
+}
+
+async fn create(env: &TestEnv, name: &str, replicas: i32) -> Redis {
+    let api: Api<Redis> = env.api();
+    api.create(&PostParams::default(), &redis(name, replicas)).await.unwrap()
+}
+
+fn owned_by(pod: &Pod, uid: &str) -> bool {
+    pod.owner_references().iter().any(|r| r.uid == uid && r.controller == Some(true))
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Pods owned by the Redis that are not terminating.
+async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = env.api();
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| owned_by(p, uid) && p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// Waits until the Redis has exactly `n` live Pods, all Ready and on its
+/// current template, and its status says so for its current generation.
+async fn converged(env: &TestEnv, name: &str, n: usize) -> (Redis, Vec<Pod>) {
+    let api: Api<Redis> = env.api();
+    wait_for(&format!("{name} to converge to {n} ready Pods"), TIMEOUT, || async {
+        let r = api.get(name).await.ok()?;
+        let status = r.status.clone()?;
+        if status.observed_generation != r.metadata.generation
+            || status.ready_replicas != n as i32
+            || status.replicas != n as i32
+            || status.updated_replicas != n as i32
+        {
+            return None;
+        }
+        let pods = live_pods(env, &r.uid()?).await;
+        let all_pods: Api<Pod> = env.api();
+        let terminating = all_pods
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|p| owned_by(p, &r.uid().unwrap()) && p.metadata.deletion_timestamp.is_some());
+        (pods.len() == n && pods.iter().all(is_ready) && !terminating).then_some((r, pods))
+    })
+    .await
+}
+
+fn condition(r: &Redis, type_: &str) -> (String, String) {
+    let c = r
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"));
+    (c.status.clone(), c.reason.clone())
+}
+
+async fn scale(env: &TestEnv, name: &str, replicas: i32) {
+    let api: Api<Redis> = env.api();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
+    let env = TestEnv::new("redis-scale").await;
+    // Every Pod must pass Pod Security "restricted".
+    let ns: Api<Namespace> = Api::all(env.client.clone());
+    ns.patch(
+        &env.namespace,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})),
+    )
+    .await
+    .unwrap();
+    let mut op = env.start_operator();
+    create(&env, "cache", 0).await;
+    let (r, _) = converged(&env, "cache", 0).await;
+    assert_eq!(r.finalizers(), ["podkeeper.dev/cleanup"]);
+
+    scale(&env, "cache", 5).await;
+    let (r, pods) = converged(&env, "cache", 5).await;
+    assert_eq!(condition(&r, "Ready"), ("True".into(), "AllReplicasReady".into()));
+    assert_eq!(condition(&r, "Progressing"), ("False".into(), "Complete".into()));
+    assert_eq!(condition(&r, "ReplicaFailure").0, "False");
+    for p in &pods {
+        let owner = &p.owner_references()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Redis", "cache"));
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+        let labels = p.labels();
+        assert_eq!(labels["app.kubernetes.io/name"], "redis");
+        assert_eq!(labels["app.kubernetes.io/instance"], "cache");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "podkeeper");
+        assert!(labels.contains_key("podkeeper.dev/template-hash"));
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.args.as_ref().unwrap()[..2], ["--port".to_string(), "6379".to_string()]);
+        assert!(c.readiness_probe.is_some());
+        assert!(p.name_any().starts_with("cache-"));
+    }
+    let selector = r.status.as_ref().unwrap().selector.clone();
+    let pods_api: Api<Pod> = env.api();
+    let selected = pods_api.list(&ListParams::default().labels(&selector)).await.unwrap();
+    assert_eq!(selected.items.len(), 5, "status.selector selects the Pods");
+
+    scale(&env, "cache", 2).await;
+    converged(&env, "cache", 2).await;
+    scale(&env, "cache", 0).await;
+    converged(&env, "cache", 0).await;
+
+    let events: Api<Event> = env.api();
+    let reasons: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"), "{reasons:?}");
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn kubectl_scale_and_wait_work_through_the_subresources() {
+    let env = TestEnv::new("redis-kubectl").await;
+    let mut op = env.start_operator();
+    create(&env, "kc", 1).await;
+    let (ok, out, err) = env.kubectl(&["scale", "redis/kc", "--replicas=3"]);
+    assert!(ok, "kubectl scale: {out}{err}");
+    converged(&env, "kc", 3).await;
+    let (ok, out, err) = env.kubectl(&["wait", "--for=condition=Ready", "redis/kc", "--timeout=60s"]);
+    assert!(ok, "kubectl wait: {out}{err}");
+    let (ok, out, _) = env.kubectl(&["get", "rds", "kc"]);
+    assert!(ok);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DESIRED", "READY", "IMAGE", "PORT", "AGE"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..5], ["kc", "3", "3", podkeeper::crd::redis::DEFAULT_IMAGE, "6379"]);
+    let (ok, out, _) = env.kubectl(&["explain", "redis.spec.port"]);
+    assert!(ok && out.contains("1234 to 54321"), "{out}");
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn deleted_pods_are_replaced_promptly() {
+    let env = TestEnv::new("redis-heal").await;
+    let mut op = env.start_operator();
+    create(&env, "heal", 3).await;
+    let (_, pods) = converged(&env, "heal", 3).await;
+    let victim = pods[0].name_any();
+    let (ok, out, err) = env.kubectl(&["delete", "pod", &victim, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    let (_, pods) = converged(&env, "heal", 3).await;
+    assert!(pods.iter().all(|p| p.name_any() != victim));
+
+    // A forced delete skips graceful termination: the watch sees only the
+    // deletion itself, which must still trigger the replacement.
+    let victim = pods[1].name_any();
+    let (ok, out, err) = env.kubectl(&["delete", "pod", &victim, "--grace-period=0", "--force"]);
+    assert!(ok, "{out}{err}");
+    let (_, pods) = converged(&env, "heal", 3).await;
+    assert!(pods.iter().all(|p| p.name_any() != victim));
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn an_image_change_rolls_out_one_pod_at_a_time() {
+    let env = TestEnv::new("redis-roll").await;
+    let mut op = env.start_operator();
+    create(&env, "roll", 3).await;
+    let (r, _) = converged(&env, "roll", 3).await;
+    let uid = r.uid().unwrap();
+
+    // Follow every Pod event during the rollout.
+    let pods: Api<Pod> = env.api();
+    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut state: BTreeMap<String, Pod> = live_pods(&env, &uid).await.into_iter().map(|p| (p.name_any(), p)).collect();
+
+    let api: Api<Redis> = env.api();
+    api.patch("roll", &PatchParams::default(), &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})))
+        .await
+        .unwrap();
+
+    let (mut max_live, mut min_ready) = (0usize, usize::MAX);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let done = state.len() == 3
+            && state.values().all(|p| {
+                is_ready(p) && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("redis:7.4.3")
+            });
+        if done {
+            break;
+        }
+        let ev = tokio::time::timeout_at(deadline, stream.try_next())
+            .await
+            .expect("rollout finished in time")
+            .unwrap()
+            .expect("watch open");
+        match ev {
+            WatchEvent::Added(p) | WatchEvent::Modified(p) if owned_by(&p, &uid) => {
+                if p.metadata.deletion_timestamp.is_some() {
+                    state.remove(&p.name_any());
+                } else {
+                    state.insert(p.name_any(), p);
+                }
+            }
+            WatchEvent::Deleted(p) => {
+                state.remove(&p.name_any());
+            }
+            _ => continue,
+        }
+        max_live = max_live.max(state.len());
+        min_ready = min_ready.min(state.values().filter(|p| is_ready(p)).count());
+    }
+    assert!(max_live <= 4, "never more than replicas + 1 Pods, saw {max_live}");
+    assert!(min_ready >= 3, "never fewer than 3 ready Pods, saw {min_ready}");
+    let (r, _) = converged(&env, "roll", 3).await;
+    assert_eq!(r.status.unwrap().updated_replicas, 3);
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
+    let env = TestEnv::new("redis-delete").await;
+    let mut op = env.start_operator();
+    create(&env, "gone", 4).await;
+    converged(&env, "gone", 4).await;
+
+    // Resource versions are one global order: every Pod deletion must come
+    // before the Redis's own.
+    let pods: Api<Pod> = env.api();
+    let redises: Api<Redis> = env.api();
+    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut pod_stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut redis_stream = redises.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    redises.delete("gone", &DeleteParams::default()).await.unwrap();
+
+    let redis_deleted_rv: u64 = loop {
+        match tokio::time::timeout(TIMEOUT, redis_stream.try_next()).await.unwrap().unwrap().unwrap() {
+            WatchEvent::Deleted(r) => break r.resource_version().unwrap().parse().unwrap(),
+            _ => continue,
+        }
+    };
+    let mut pod_deletions = Vec::new();
+    while let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_millis(500), pod_stream.next()).await {
+        if let WatchEvent::Deleted(p) = ev {
+            pod_deletions.push(p.resource_version().unwrap().parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(pod_deletions.len(), 4, "every Pod was deleted");
+    assert!(
+        pod_deletions.iter().all(|rv| *rv < redis_deleted_rv),
+        "pods deleted at {pod_deletions:?}, the Redis at {redis_deleted_rv}"
+    );
+    let events: Api<Event> = env.api();
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "CleanupComplete"), "{reasons:?}");
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn deletion_completes_with_a_foreign_finalizer_and_an_already_deleted_pod() {
+    let env = TestEnv::new("redis-finalizers").await;
+    let mut op = env.start_operator();
+    let api: Api<Redis> = env.api();
+    create(&env, "held", 2).await;
+    let (r, pods) = converged(&env, "held", 2).await;
+    let uid = r.uid().unwrap();
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["podkeeper.dev/cleanup", "example.com/hold", "orphan"]}})),
+    )
+    .await
+    .unwrap();
+    // One Pod is already gone when the deletion starts.
+    let pods_api: Api<Pod> = env.api();
+    pods_api.delete(&pods[0].name_any(), &DeleteParams::default().grace_period(0)).await.unwrap();
+    api.delete("held", &DeleteParams::default()).await.unwrap();
+
+    let r = wait_for("our finalizer to be released", TIMEOUT, || async {
+        let r = api.get("held").await.ok()?;
+        (!r.finalizers().iter().any(|f| f == "podkeeper.dev/cleanup")).then_some(r)
+    })
+    .await;
+    assert_eq!(r.finalizers(), ["example.com/hold", "orphan"], "foreign finalizers are left alone");
+    let all = pods_api.list(&ListParams::default()).await.unwrap();
+    assert!(!all.items.iter().any(|p| owned_by(p, &uid)), "no Pod is left");
+
+    api.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
+    wait_for("the Redis to vanish", TIMEOUT, || async {
+        matches!(api.get_opt("held").await, Ok(None)).then_some(())
+    })
+    .await;
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn a_foreign_pod_with_the_same_labels_survives() {
+    let env = TestEnv::new("redis-foreign").await;
+    let mut op = env.start_operator();
+    let pods: Api<Pod> = env.api();
+    let foreign = Pod {
+        metadata: ObjectMeta {
+            name: Some("foreign".into()),
+            labels: Some(
+                [
+                    ("app.kubernetes.io/name", "redis"),
+                    ("app.kubernetes.io/instance", "shared"),
+                    ("app.kubernetes.io/managed-by", "podkeeper"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("redis:7.4.2".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    pods.create(&PostParams::default(), &foreign).await.unwrap();
+    create(&env, "shared", 2).await;
+    converged(&env, "shared", 2).await;
+    scale(&env, "shared", 1).await;
+    converged(&env, "shared", 1).await;
+    let api: Api<Redis> = env.api();
+    api.delete("shared", &DeleteParams::default()).await.unwrap();
+    wait_for("the Redis to vanish", TIMEOUT, || async {
+        matches!(api.get_opt("shared").await, Ok(None)).then_some(())
+    })
+    .await;
+    let survivor = pods.get("foreign").await.expect("the foreign Pod is still there");
+    assert!(survivor.metadata.deletion_timestamp.is_none());
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_scale_up_converges_without_duplicates() {
+    let env = TestEnv::new("redis-crash").await;
+    let mut op = env.start_operator();
+    let pods: Api<Pod> = env.api();
+    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+
+    create(&env, "crash", 40).await;
+    // Kill it as soon as some, but not all, Pods exist.
+    wait_for("the first Pods", TIMEOUT, || async {
+        let n = pods.list(&ListParams::default()).await.ok()?.items.len();
+        (n > 0).then_some(())
+    })
+    .await;
+    op.kill();
+    let before = pods.list(&ListParams::default()).await.unwrap().items.len();
+    op.restart();
+    let (_, live) = converged(&env, "crash", 40).await;
+    assert_eq!(live.len(), 40);
+
+    let mut created = BTreeSet::new();
+    while let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_millis(500), stream.next()).await {
+        if let WatchEvent::Added(p) = ev {
+            created.insert(p.name_any());
+        }
+    }
+    assert!(before < 40, "the kill came mid scale-up ({before} Pods existed)");
+    assert_eq!(created.len(), 40, "exactly 40 Pods were ever created");
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
+    let env = TestEnv::new("redis-invalid").await;
+    let cases: &[(&str, serde_json::Value, &str)] = &[
+        ("low-port", json!({"port": 80}), "spec.port"),
+        ("high-port", json!({"port": 60000}), "spec.port"),
+        ("negative", json!({"replicas": -1}), "spec.replicas"),
+        ("huge", json!({"replicas": 100000}), "spec.replicas"),
+        ("spaces", json!({"image": "redis latest"}), "image must not contain spaces"),
+        ("empty-image", json!({"image": ""}), "spec.image"),
+        ("wrong-type", json!({"replicas": "three"}), "spec.replicas"),
+        (&"x".repeat(58), json!({}), "at most 57 characters"),
+    ];
+    for (name, spec, expected) in cases {
+        let manifest = json!({
+            "apiVersion": "podkeeper.dev/v1",
+            "kind": "Redis",
+            "metadata": {"name": name, "namespace": env.namespace},
+            "spec": spec,
+        });
+        let path = crate::harness::logs_dir().join(format!("{}-{name}.json", env.namespace));
+        std::fs::write(&path, manifest.to_string()).unwrap();
+        let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+        assert!(!ok, "{name} was accepted: {out}");
+        assert!(err.contains(expected), "{name}: expected {expected:?} in {err}");
+    }
+    // Defaults fill in what is left out.
+    let api: Api<Redis> = env.api();
+    let r = api
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis", "metadata": {"name": "defaults"}, "spec": {}
+        })).unwrap())
+        .await
+        .unwrap();
+    assert_eq!((r.spec.replicas, r.spec.port), (1, 6379));
+    assert_eq!(r.spec.image, podkeeper::crd::redis::DEFAULT_IMAGE);
+}
