@@ -34,8 +34,7 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         c = LocalCluster::start(ClusterOptions { nodes: args.nodes, raise_qps_limits: args.raise_qps_limits }) => c?,
         _ = stop.clone() => return Ok(()),
     };
-    let result = serve(&args, cluster, stop).await;
-    result
+    serve(&args, cluster, stop).await
 }
 
 async fn serve(

@@ -73,11 +73,15 @@ pub async fn run(
     };
 
     let (redis_tx, redis_rx) = futures::channel::mpsc::unbounded();
+    let (redis_relist_tx, redis_relist_rx) = futures::channel::mpsc::unbounded();
     let (pods, pod_driver) = pod_watch::start(
         client.clone(),
         namespace,
         expectations,
-        pod_watch::Routes { redis: redis_tx },
+        pod_watch::Routes {
+            redis: redis_tx,
+            relisted: vec![redis_relist_tx],
+        },
     );
     let pod_task = tokio::spawn(pod_driver);
     info!(
@@ -108,6 +112,7 @@ pub async fn run(
     info!("starting the redis controller");
     Controller::for_stream(redis_stream, redis_store)
         .reconcile_on(redis_rx)
+        .reconcile_all_on(redis_relist_rx)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             controller::redis::reconcile,

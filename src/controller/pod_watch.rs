@@ -24,6 +24,9 @@ use crate::engine::expectations::Expectations;
 #[derive(Clone)]
 pub struct Routes {
     pub redis: UnboundedSender<ObjectRef<Redis>>,
+    /// Told after every (re)list: a Pod deleted while the watch was down
+    /// leaves no Delete event, so every owner is reconciled then.
+    pub relisted: Vec<UnboundedSender<()>>,
 }
 
 /// Starts the watch; the returned future drives it and never ends unless
@@ -57,7 +60,12 @@ pub fn start(
                     route(&pod, false, &expectations, &routes)
                 }
                 Ok(watcher::Event::Delete(pod)) => route(&pod, true, &expectations, &routes),
-                Ok(watcher::Event::Init) | Ok(watcher::Event::InitDone) => {}
+                Ok(watcher::Event::InitDone) => {
+                    for tx in &routes.relisted {
+                        let _ = tx.unbounded_send(());
+                    }
+                }
+                Ok(watcher::Event::Init) => {}
                 Err(e) => warn!(error = %e, "pod watch error; retrying with backoff"),
             }
         }
