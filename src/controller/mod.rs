@@ -10,12 +10,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::engine::executor::Executor;
+use crate::engine::ObservedPod;
+use crate::engine::executor::{Executor, Owner, Outcome};
+use crate::engine::plan::{DeleteReason, Plan, victim};
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -93,6 +100,82 @@ impl Context {
             .collect()
     }
 
+    /// Observed Pods of an owner.
+    pub fn observed(&self, owner: &Owner) -> Vec<ObservedPod> {
+        self.owned_pods(&owner.namespace, &owner.reference.uid)
+            .iter()
+            .filter_map(|p| ObservedPod::from_pod(p))
+            .collect()
+    }
+
+    /// Carries out `plan` if every earlier create and delete of this owner
+    /// has been seen in the cache. `None` means it did not act (yet).
+    pub async fn act(&self, owner: &Owner, template: &k8s_openapi::api::core::v1::PodTemplateSpec, plan: &Plan) -> Option<Outcome> {
+        if !self.executor.expectations.satisfied(&owner.key) {
+            return None;
+        }
+        if plan.create == 0 && plan.delete.is_empty() {
+            return Some(Outcome::default());
+        }
+        let outcome = self.executor.execute(owner, template, plan).await;
+        if outcome.created > 0 || outcome.deleted > 0 {
+            tracing::info!(created = outcome.created, deleted = outcome.deleted, "pods changed");
+        }
+        Some(outcome)
+    }
+
+    /// Cleanup of an owner's Pods: deletes those not yet terminating, newest
+    /// first, and succeeds only when none is left (not even terminating) and
+    /// no create is still unseen. Records `Cleanup` and `CleanupComplete`
+    /// Events.
+    pub async fn delete_all_pods(&self, owner: &Owner) -> Result<(), Error> {
+        let mut pods = self.observed(owner);
+        let unseen_creates = self.executor.expectations.pending_creates(&owner.key);
+        if pods.is_empty() && unseen_creates == 0 {
+            self.executor
+                .event(
+                    owner,
+                    EventType::Normal,
+                    "CleanupComplete",
+                    "Cleanup",
+                    "All Pods are gone; removing the finalizer".into(),
+                )
+                .await;
+            self.executor.expectations.forget(&owner.key);
+            return Ok(());
+        }
+        pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+        let to_delete: Vec<_> = pods
+            .iter()
+            .filter(|p| !p.terminating)
+            .map(|p| victim(p, DeleteReason::Cleanup))
+            .collect();
+        if !to_delete.is_empty() {
+            self.executor
+                .event(
+                    owner,
+                    EventType::Normal,
+                    "Cleanup",
+                    "Cleanup",
+                    format!(
+                        "Deleting {} Pods before the {} is removed ({} already terminating)",
+                        to_delete.len(),
+                        owner.reference.kind,
+                        pods.len() - to_delete.len()
+                    ),
+                )
+                .await;
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+            for v in &to_delete {
+                // Newest first, one after the other, as the order promises.
+                let _ = self.executor.delete_one(&api, owner, v).await;
+            }
+        }
+        Err(Error::CleanupPending {
+            remaining: pods.len().max(unseen_creates),
+        })
+    }
+
     /// Per-object exponential backoff (kube-runtime has none): 0.5 s doubling
     /// to 5 min; cleanup that is only waiting for Pods retries every second.
     pub fn backoff(
@@ -118,5 +201,36 @@ impl Context {
     pub fn succeeded(&self, kind: &'static str, namespace: &str, name: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.remove(&(kind, namespace.to_string(), name.to_string()));
+    }
+}
+
+/// Writes `status` to the status subresource unless it is already there.
+pub async fn write_status<K, S>(client: &Client, obj: &K, current: Option<&S>, status: &S) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if current == Some(status) {
+        return Ok(());
+    }
+    let meta = obj.meta();
+    let api: Api<K> = Api::namespaced(client.clone(), meta.namespace.as_deref().unwrap_or_default());
+    api.patch_status(
+        meta.name.as_deref().unwrap_or_default(),
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// How long to wait before reconciling again after a successful step.
+pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action {
+    match (settled, recheck_after_seconds) {
+        // Expectations unseen: their events trigger the next reconcile;
+        // this is only the safety net should one be lost.
+        (false, _) => Action::requeue(Duration::from_secs(30)),
+        (true, Some(s)) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
+        (true, None) => Action::await_change(),
     }
 }

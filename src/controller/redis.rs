@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
@@ -12,22 +12,19 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, ResourceExt};
-use serde_json::json;
-use tracing::{info, instrument};
+use tracing::instrument;
 
 use super::conditions::{self, Cond};
-use super::{Context, Error, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use super::{Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action, write_status};
 use crate::crd::{Redis, RedisStatus};
 use crate::engine::executor::{Outcome, Owner};
 use crate::engine::hash::template_hash;
-use crate::engine::plan::{DeleteReason, Desired, Plan, Strategy, victim};
+use crate::engine::plan::{Desired, Plan, Strategy};
 use crate::engine::pods::TEMPLATE_HASH_LABEL;
-use crate::engine::{ObservedPod, plan};
+use crate::engine::plan;
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
@@ -256,14 +253,6 @@ fn owner(redis: &Redis) -> Owner {
     Owner::of(redis, KIND)
 }
 
-fn observed(ctx: &Context, redis: &Redis) -> Vec<ObservedPod> {
-    let uid = redis.uid().unwrap_or_default();
-    ctx.owned_pods(&redis.namespace().unwrap_or_default(), &uid)
-        .iter()
-        .filter_map(|p| ObservedPod::from_pod(p))
-        .collect()
-}
-
 /// Entry point for the controller.
 #[instrument(skip_all, fields(namespace = %redis.namespace().unwrap_or_default(), name = %redis.name_any()))]
 pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -320,94 +309,20 @@ async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
         min_ready_seconds: 0,
         paused: false,
     };
-    let pods = observed(ctx, redis);
-    let now = Timestamp::now();
-    let plan = plan(&desired, &pods, now);
     let owner = owner(redis);
-
-    let settled = ctx.executor.expectations.satisfied(&owner.key);
-    let outcome = if settled && (plan.create > 0 || !plan.delete.is_empty()) {
-        Some(ctx.executor.execute(&owner, &template, &plan).await)
-    } else if settled {
-        Some(Outcome::default())
-    } else {
-        None
-    };
-    if let Some(o) = &outcome
-        && (o.created > 0 || o.deleted > 0)
-    {
-        info!(created = o.created, deleted = o.deleted, "pods changed");
-    }
-
+    let now = Timestamp::now();
+    let plan = plan(&desired, &ctx.observed(&owner), now);
+    let outcome = ctx.act(&owner, &template, &plan).await;
     let status = desired_status(redis, &plan, outcome.as_ref(), now);
-    if redis.status.as_ref() != Some(&status) {
-        let api: Api<Redis> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        api.patch_status(
-            &owner.name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await?;
-    }
-
-    Ok(match (settled, plan.recheck_after_seconds) {
-        // Expectations unseen: their events trigger the next reconcile;
-        // this is only the safety net should one be lost.
-        (false, _) => Action::requeue(Duration::from_secs(30)),
-        (true, Some(s)) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
-        (true, None) => Action::await_change(),
-    })
+    write_status(&ctx.client, redis, redis.status.as_ref(), &status).await?;
+    Ok(next_action(outcome.is_some(), plan.recheck_after_seconds))
 }
 
-/// Deletes every Pod, newest first, and succeeds (letting the finalizer go)
-/// only once none is left, not even terminating.
+/// Deletes every Pod, newest first; the finalizer goes only once none is
+/// left, so the Redis disappears last.
 async fn cleanup(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
-    let owner = owner(redis);
-    let mut pods = observed(ctx, redis);
-    let unseen_creates = ctx.executor.expectations.pending_creates(&owner.key);
-    if pods.is_empty() && unseen_creates == 0 {
-        ctx.executor
-            .event(
-                &owner,
-                EventType::Normal,
-                "CleanupComplete",
-                "Cleanup",
-                "All Pods are gone; removing the finalizer".into(),
-            )
-            .await;
-        ctx.executor.expectations.forget(&owner.key);
-        return Ok(Action::await_change());
-    }
-    pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
-    let to_delete: Vec<_> = pods
-        .iter()
-        .filter(|p| !p.terminating)
-        .map(|p| victim(p, DeleteReason::Cleanup))
-        .collect();
-    if !to_delete.is_empty() {
-        ctx.executor
-            .event(
-                &owner,
-                EventType::Normal,
-                "Cleanup",
-                "Cleanup",
-                format!(
-                    "Deleting {} Pods before the Redis is removed ({} already terminating)",
-                    to_delete.len(),
-                    pods.len() - to_delete.len()
-                ),
-            )
-            .await;
-        let api: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(ctx.client.clone(), &owner.namespace);
-        for v in &to_delete {
-            // Newest first, one after the other, as the order promises.
-            let _ = ctx.executor.delete_one(&api, &owner, v).await;
-        }
-    }
-    Err(Error::CleanupPending {
-        remaining: pods.len().max(unseen_creates),
-    })
+    ctx.delete_all_pods(&owner(redis)).await?;
+    Ok(Action::await_change())
 }
 
 #[cfg(test)]

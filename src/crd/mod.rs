@@ -1,17 +1,19 @@
 //! The custom resources podkeeper serves, group `podkeeper.dev`, version `v1`.
 
+pub mod application;
 pub mod redis;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use redis::{Redis, RedisSpec, RedisStatus};
 
 pub const GROUP: &str = "podkeeper.dev";
 
 /// Every CRD podkeeper serves.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Redis::crd()]
+    vec![Redis::crd(), application::crd()]
 }
 
 /// Every CRD as one multi-document YAML stream.
