@@ -2,18 +2,25 @@
 
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
+use futures::channel::mpsc::unbounded;
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Error as ControllerError};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
-use crate::controller::{self, Context, FIELD_MANAGER, pod_watch};
-use crate::crd::Redis;
+use crate::controller::application::AppContext;
+use crate::controller::{
+    self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, pod_watch,
+};
+use crate::crd::{Application, Redis};
 use crate::engine::executor::Executor;
 use crate::engine::expectations::Expectations;
 use crate::metrics::Metrics;
@@ -49,6 +56,71 @@ pub async fn shutdown_signal() {
     }
 }
 
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A cached watch of the owner kind that passes on spec (generation),
+/// finalizer and deletion changes, and not status-only updates.
+fn owner_stream<K>(
+    api: Api<K>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects()
+    .predicate_filter(spec_or_lifecycle::<K>, Default::default());
+    (store, stream)
+}
+
+/// Changes with the generation, the finalizers and the start of deletion.
+fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = obj.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
+}
+
+async fn log_results<K: Resource, E: std::error::Error + 'static>(
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), ControllerError<controller::Error, E>>>,
+) {
+    results
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
+                Err(ControllerError::ReconcilerFailed(e, obj)) if e.is_waiting() => {
+                    tracing::debug!(object = %obj, "cleanup in progress")
+                }
+                Err(ControllerError::ReconcilerFailed(_, _)) => {}
+                Err(e) => warn!(error = %e, "controller"),
+            }
+        })
+        .await;
+}
+
 /// Runs every controller until `shutdown` resolves; in-flight reconciles
 /// finish first.
 pub async fn run(
@@ -72,15 +144,18 @@ pub async fn run(
         controller: controller::redis::CONTROLLER,
     };
 
-    let (redis_tx, redis_rx) = futures::channel::mpsc::unbounded();
-    let (redis_relist_tx, redis_relist_rx) = futures::channel::mpsc::unbounded();
+    let (redis_tx, redis_rx) = unbounded();
+    let (app_tx, app_rx) = unbounded();
+    let (redis_relist_tx, redis_relist_rx) = unbounded();
+    let (app_relist_tx, app_relist_rx) = unbounded();
     let (pods, pod_driver) = pod_watch::start(
         client.clone(),
         namespace,
         expectations,
         pod_watch::Routes {
             redis: redis_tx,
-            relisted: vec![redis_relist_tx],
+            application: app_tx,
+            relisted: vec![redis_relist_tx, app_relist_tx],
         },
     );
     let pod_task = tokio::spawn(pod_driver);
@@ -95,56 +170,69 @@ pub async fn run(
         _ = shutdown.clone() => { pod_task.abort(); return Ok(()); }
     }
 
-    let ctx = Context::new(client.clone(), executor, pods);
-    let redis_api: Api<Redis> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let (redis_store, redis_writer) = reflector::store();
-    // Status-only updates do not trigger; spec (generation), deletion and
-    // finalizer changes do.
-    let redis_stream = reflector::reflector(
-        redis_writer,
-        watcher(redis_api, watcher::Config::default()).default_backoff(),
-    )
-    .applied_objects()
-    .predicate_filter(spec_or_lifecycle, Default::default());
-    info!("starting the redis controller");
-    Controller::for_stream(redis_stream, redis_store)
+    let redis_ctx = Context::new(client.clone(), executor.clone(), pods.clone());
+    let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
+    let redis = Controller::for_stream(redis_stream, redis_store)
         .reconcile_on(redis_rx)
         .reconcile_all_on(redis_relist_rx)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             controller::redis::reconcile,
             controller::redis::error_policy,
-            ctx,
-        )
-        .for_each(|result| async move {
-            match result {
-                Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj))
-                    if e.is_waiting() =>
-                {
-                    tracing::debug!(object = %obj, "cleanup in progress")
-                }
-                Err(e) => warn!(error = %e, "controller"),
-            }
-        })
-        .await;
+            redis_ctx,
+        );
+
+    let app_ctx = application_context(&client, namespace, executor, pods);
+    let services = app_ctx.1;
+    let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
+    let applications = Controller::for_stream(app_stream, app_store)
+        .owns_stream(services)
+        .reconcile_on(app_rx)
+        .reconcile_all_on(app_relist_rx)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            controller::application::reconcile,
+            controller::application::error_policy,
+            app_ctx.0,
+        );
+    info!("controllers started");
+    futures::join!(log_results(redis), log_results(applications));
     pod_task.abort();
     info!("stopped");
     Ok(())
 }
 
-/// A predicate that changes with the spec (generation), the finalizers and
-/// the start of deletion, and not with status.
-fn spec_or_lifecycle(obj: &Redis) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    obj.metadata.generation.hash(&mut h);
-    obj.metadata.finalizers.hash(&mut h);
-    obj.metadata.deletion_timestamp.is_some().hash(&mut h);
-    Some(h.finish())
+type ServiceTrigger = std::pin::Pin<Box<dyn Stream<Item = Result<Service, watcher::Error>> + Send>>;
+
+/// The Application context and the Service watch that triggers it (label
+/// selected, managedFields stripped; deletions included, so a deleted
+/// Service comes back).
+fn application_context(
+    client: &Client,
+    namespace: Option<&str>,
+    executor: Executor,
+    pods: Store<k8s_openapi::api::core::v1::Pod>,
+) -> (Arc<AppContext>, ServiceTrigger) {
+    let (services, writer) = reflector::store();
+    let config =
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let stream = reflector::reflector(
+        writer,
+        watcher(scoped::<Service>(client, namespace), config)
+            .default_backoff()
+            .modify(|s: &mut Service| s.metadata.managed_fields = None),
+    )
+    .touched_objects()
+    .boxed();
+    let executor = Executor {
+        controller: controller::application::CONTROLLER,
+        ..executor
+    };
+    let ctx = Arc::new(AppContext {
+        inner: Context::new(client.clone(), executor, pods),
+        services,
+    });
+    (ctx, stream)
 }
 
 /// Installs or updates every CRD with server-side apply and waits until

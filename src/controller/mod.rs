@@ -2,9 +2,11 @@
 //! metric labels, per-object backoff, and the one Pod watch that feeds every
 //! controller.
 
+pub mod application;
 pub mod conditions;
 pub mod pod_watch;
 pub mod redis;
+pub mod selector;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::ObservedPod;
-use crate::engine::executor::{Executor, Owner, Outcome};
+use crate::engine::executor::{Executor, Outcome, Owner};
 use crate::engine::plan::{DeleteReason, Plan, victim};
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.
@@ -110,7 +112,12 @@ impl Context {
 
     /// Carries out `plan` if every earlier create and delete of this owner
     /// has been seen in the cache. `None` means it did not act (yet).
-    pub async fn act(&self, owner: &Owner, template: &k8s_openapi::api::core::v1::PodTemplateSpec, plan: &Plan) -> Option<Outcome> {
+    pub async fn act(
+        &self,
+        owner: &Owner,
+        template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+        plan: &Plan,
+    ) -> Option<Outcome> {
         if !self.executor.expectations.satisfied(&owner.key) {
             return None;
         }
@@ -119,7 +126,11 @@ impl Context {
         }
         let outcome = self.executor.execute(owner, template, plan).await;
         if outcome.created > 0 || outcome.deleted > 0 {
-            tracing::info!(created = outcome.created, deleted = outcome.deleted, "pods changed");
+            tracing::info!(
+                created = outcome.created,
+                deleted = outcome.deleted,
+                "pods changed"
+            );
         }
         Some(outcome)
     }
@@ -205,16 +216,27 @@ impl Context {
 }
 
 /// Writes `status` to the status subresource unless it is already there.
-pub async fn write_status<K, S>(client: &Client, obj: &K, current: Option<&S>, status: &S) -> Result<(), Error>
+pub async fn write_status<K, S>(
+    client: &Client,
+    obj: &K,
+    current: Option<&S>,
+    status: &S,
+) -> Result<(), Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
     if current == Some(status) {
         return Ok(());
     }
     let meta = obj.meta();
-    let api: Api<K> = Api::namespaced(client.clone(), meta.namespace.as_deref().unwrap_or_default());
+    let api: Api<K> = Api::namespaced(
+        client.clone(),
+        meta.namespace.as_deref().unwrap_or_default(),
+    );
     api.patch_status(
         meta.name.as_deref().unwrap_or_default(),
         &PatchParams::apply(FIELD_MANAGER),

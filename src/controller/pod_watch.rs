@@ -17,13 +17,14 @@ use kube::{Api, Client, Resource};
 use tracing::warn;
 
 use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::crd::{GROUP, Redis};
+use crate::crd::{Application, GROUP, Redis};
 use crate::engine::expectations::Expectations;
 
 /// Where Pod events are sent, per owner kind.
 #[derive(Clone)]
 pub struct Routes {
     pub redis: UnboundedSender<ObjectRef<Redis>>,
+    pub application: UnboundedSender<ObjectRef<Application>>,
     /// Told after every (re)list: a Pod deleted while the watch was down
     /// leaves no Delete event, so every owner is reconciled then.
     pub relisted: Vec<UnboundedSender<()>>,
@@ -90,15 +91,20 @@ fn route(pod: &Pod, deleted: bool, expectations: &Expectations, routes: &Routes)
     }
     let gone = deleted || meta.deletion_timestamp.is_some();
     tracing::trace!(pod = %name, deleted, gone, owner = %owner.name, "pod event");
-    if owner.kind == "Redis" {
-        expectations.observe(
-            &("Redis", namespace.clone(), owner.name.clone()),
-            name,
-            uid,
-            gone,
-        );
-        let _ = routes
-            .redis
-            .unbounded_send(ObjectRef::new(&owner.name).within(namespace));
+    let key = (namespace.clone(), owner.name.clone());
+    match owner.kind.as_str() {
+        "Redis" => {
+            expectations.observe(&("Redis", key.0, key.1), name, uid, gone);
+            let _ = routes
+                .redis
+                .unbounded_send(ObjectRef::new(&owner.name).within(namespace));
+        }
+        "Application" => {
+            expectations.observe(&("Application", key.0, key.1), name, uid, gone);
+            let _ = routes
+                .application
+                .unbounded_send(ObjectRef::new(&owner.name).within(namespace));
+        }
+        _ => {}
     }
 }

@@ -18,13 +18,15 @@ use kube::{Api, ResourceExt};
 use tracing::instrument;
 
 use super::conditions::{self, Cond};
-use super::{Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action, write_status};
+use super::{
+    Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action, write_status,
+};
 use crate::crd::{Redis, RedisStatus};
 use crate::engine::executor::{Outcome, Owner};
 use crate::engine::hash::template_hash;
+use crate::engine::plan;
 use crate::engine::plan::{Desired, Plan, Strategy};
 use crate::engine::pods::TEMPLATE_HASH_LABEL;
-use crate::engine::plan;
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";

@@ -45,6 +45,7 @@ pub struct ApplicationSpec {
     #[x_kube(validation = Rule::new("!has(self.strategy) || !has(self.strategy.rollingUpdate) || !has(self.strategy.rollingUpdate.maxSurge) || !has(self.strategy.rollingUpdate.maxUnavailable) || !(string(self.strategy.rollingUpdate.maxSurge) in ['0', '0%'] && string(self.strategy.rollingUpdate.maxUnavailable) in ['0', '0%'])").message("spec.deployment.strategy.rollingUpdate: maxSurge and maxUnavailable may not both be 0"))]
     #[x_kube(validation = Rule::new("!has(self.minReadySeconds) || self.minReadySeconds >= 0").message("spec.deployment.minReadySeconds must be 0 or more"))]
     #[x_kube(validation = Rule::new("!has(self.progressDeadlineSeconds) || (self.progressDeadlineSeconds > 0 && (!has(self.minReadySeconds) || self.progressDeadlineSeconds > self.minReadySeconds))").message("spec.deployment.progressDeadlineSeconds must be greater than minReadySeconds"))]
+    #[x_kube(validation = Rule::new("has(self.template.spec) && size(self.template.spec.containers) > 0").message("spec.deployment.template.spec.containers must list at least one container"))]
     #[x_kube(validation = Rule::new("!has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy == 'Always'").message("spec.deployment.template.spec.restartPolicy must be Always"))]
     pub deployment: DeploymentSpec,
 
@@ -79,11 +80,18 @@ pub struct ApplicationStatus {
 pub fn crd() -> CustomResourceDefinition {
     let crd = Application::crd();
     let mut value = serde_json::to_value(&crd).unwrap_or_default();
-    if let Some(versions) = value.pointer_mut("/spec/versions").and_then(|v| v.as_array_mut()) {
+    if let Some(versions) = value
+        .pointer_mut("/spec/versions")
+        .and_then(|v| v.as_array_mut())
+    {
         for version in versions {
-            for (top, fields) in [("spec", ["deployment", "service"]), ("status", ["workflow", "network"])] {
+            for (top, fields) in [
+                ("spec", ["deployment", "service"]),
+                ("status", ["workflow", "network"]),
+            ] {
                 for field in fields {
-                    let path = format!("/schema/openAPIV3Schema/properties/{top}/properties/{field}");
+                    let path =
+                        format!("/schema/openAPIV3Schema/properties/{top}/properties/{field}");
                     if let Some(schema) = version.pointer_mut(&path) {
                         strip_nested_descriptions(schema);
                     }
@@ -92,8 +100,12 @@ pub fn crd() -> CustomResourceDefinition {
             // Bounds that let the API server's CEL cost estimator accept the
             // selector-versus-labels rule; the same limits Kubernetes applies
             // to label keys and values.
-            let deployment = "/schema/openAPIV3Schema/properties/spec/properties/deployment/properties";
-            for map in ["/selector/properties/matchLabels", "/template/properties/metadata/properties/labels"] {
+            let deployment =
+                "/schema/openAPIV3Schema/properties/spec/properties/deployment/properties";
+            for map in [
+                "/selector/properties/matchLabels",
+                "/template/properties/metadata/properties/labels",
+            ] {
                 if let Some(schema) = version.pointer_mut(&format!("{deployment}{map}")) {
                     bound_label_map(schema);
                 }
@@ -108,10 +120,16 @@ pub fn crd() -> CustomResourceDefinition {
 fn bound_label_map(schema: &mut serde_json::Value) {
     if let Some(map) = schema.as_object_mut() {
         map.insert("maxProperties".into(), 64.into());
-        if let Some(values) = map.get_mut("additionalProperties").and_then(|v| v.as_object_mut()) {
+        if let Some(values) = map
+            .get_mut("additionalProperties")
+            .and_then(|v| v.as_object_mut())
+        {
             values.insert("maxLength".into(), 63.into());
         }
-        map.insert("propertyNames".into(), serde_json::json!({ "maxLength": 317 }));
+        map.insert(
+            "propertyNames".into(),
+            serde_json::json!({ "maxLength": 317 }),
+        );
     }
 }
 

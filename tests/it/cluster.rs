@@ -34,7 +34,11 @@ async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
     let ready = wait_for("the Pod to be Ready", Duration::from_secs(60), || async {
         let p = pods.get("plain").await.ok()?;
         let status = p.status.as_ref()?;
-        let ready = status.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = status
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
         (ready && status.pod_ip.is_some()).then_some(p)
     })
     .await;
@@ -74,14 +78,22 @@ async fn the_garbage_collector_deletes_dependents_of_a_deleted_owner() {
         },
         ..Default::default()
     };
-    cms.create(&PostParams::default(), &dependent).await.unwrap();
-    cms.delete("owner", &DeleteParams::background()).await.unwrap();
-    wait_for("the dependent to be collected", Duration::from_secs(60), || async {
-        match cms.get_opt("dependent").await {
-            Ok(None) => Some(()),
-            _ => None,
-        }
-    })
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    cms.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for(
+        "the dependent to be collected",
+        Duration::from_secs(60),
+        || async {
+            match cms.get_opt("dependent").await {
+                Ok(None) => Some(()),
+                _ => None,
+            }
+        },
+    )
     .await;
 }
 
@@ -124,13 +136,19 @@ async fn rbac_denies_a_service_account_without_permissions() {
             c.user = Some("nobody".into());
         }
     }
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
     let client = Client::try_from(config).unwrap();
     let pods: Api<Pod> = Api::namespaced(client, &env.namespace);
     match pods.list(&ListParams::default()).await {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403, "{s:?}");
-            assert!(s.message.contains("system:serviceaccount:"), "{}", s.message);
+            assert!(
+                s.message.contains("system:serviceaccount:"),
+                "{}",
+                s.message
+            );
         }
         other => panic!("expected 403 Forbidden, got {other:?}"),
     }

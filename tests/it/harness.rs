@@ -60,7 +60,14 @@ pub fn cluster() -> &'static SharedCluster {
 fn start_local_cluster() -> Result<SharedCluster, String> {
     let kubeconfig_path = logs_dir().join(format!("kubeconfig-{}", std::process::id()));
     let mut child = Command::new(BIN)
-        .args(["dev", "--cluster-only", "--exit-on-stdin-eof", "--nodes", "3", "--kubeconfig"])
+        .args([
+            "dev",
+            "--cluster-only",
+            "--exit-on-stdin-eof",
+            "--nodes",
+            "3",
+            "--kubeconfig",
+        ])
         .arg(&kubeconfig_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -150,9 +157,11 @@ impl TestEnv {
             .await
             .expect("create namespace");
         let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), &namespace);
-        wait_for("the default ServiceAccount", Duration::from_secs(60), || async {
-            sa.get_opt("default").await.ok().flatten()
-        })
+        wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(60),
+            || async { sa.get_opt("default").await.ok().flatten() },
+        )
         .await;
         TestEnv { client, namespace }
     }

@@ -1,5 +1,6 @@
 //! Integration tests against a real control plane (see `harness`).
 
+mod application;
 mod cluster;
 mod harness;
 mod redis;

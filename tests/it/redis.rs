@@ -7,7 +7,9 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Redis, RedisSpec};
 use serde_json::json;
@@ -23,11 +25,15 @@ fn redis(name: &str, replicas: i32) -> Redis {
 
 async fn create(env: &TestEnv, name: &str, replicas: i32) -> Redis {
     let api: Api<Redis> = env.api();
-    api.create(&PostParams::default(), &redis(name, replicas)).await.unwrap()
+    api.create(&PostParams::default(), &redis(name, replicas))
+        .await
+        .unwrap()
 }
 
 fn owned_by(pod: &Pod, uid: &str) -> bool {
-    pod.owner_references().iter().any(|r| r.uid == uid && r.controller == Some(true))
+    pod.owner_references()
+        .iter()
+        .any(|r| r.uid == uid && r.controller == Some(true))
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -53,27 +59,31 @@ async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
 /// current template, and its status says so for its current generation.
 async fn converged(env: &TestEnv, name: &str, n: usize) -> (Redis, Vec<Pod>) {
     let api: Api<Redis> = env.api();
-    wait_for(&format!("{name} to converge to {n} ready Pods"), TIMEOUT, || async {
-        let r = api.get(name).await.ok()?;
-        let status = r.status.clone()?;
-        if status.observed_generation != r.metadata.generation
-            || status.ready_replicas != n as i32
-            || status.replicas != n as i32
-            || status.updated_replicas != n as i32
-        {
-            return None;
-        }
-        let pods = live_pods(env, &r.uid()?).await;
-        let all_pods: Api<Pod> = env.api();
-        let terminating = all_pods
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .iter()
-            .any(|p| owned_by(p, &r.uid().unwrap()) && p.metadata.deletion_timestamp.is_some());
-        (pods.len() == n && pods.iter().all(is_ready) && !terminating).then_some((r, pods))
-    })
+    wait_for(
+        &format!("{name} to converge to {n} ready Pods"),
+        TIMEOUT,
+        || async {
+            let r = api.get(name).await.ok()?;
+            let status = r.status.clone()?;
+            if status.observed_generation != r.metadata.generation
+                || status.ready_replicas != n as i32
+                || status.replicas != n as i32
+                || status.updated_replicas != n as i32
+            {
+                return None;
+            }
+            let pods = live_pods(env, &r.uid()?).await;
+            let all_pods: Api<Pod> = env.api();
+            let terminating = all_pods
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .any(|p| owned_by(p, &r.uid().unwrap()) && p.metadata.deletion_timestamp.is_some());
+            (pods.len() == n && pods.iter().all(is_ready) && !terminating).then_some((r, pods))
+        },
+    )
     .await
 }
 
@@ -91,9 +101,13 @@ fn condition(r: &Redis, type_: &str) -> (String, String) {
 
 async fn scale(env: &TestEnv, name: &str, replicas: i32) {
     let api: Api<Redis> = env.api();
-    api.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
-        .await
-        .unwrap();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -104,7 +118,9 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
     ns.patch(
         &env.namespace,
         &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})),
+        &Patch::Merge(
+            json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+        ),
     )
     .await
     .unwrap();
@@ -115,12 +131,21 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
 
     scale(&env, "cache", 5).await;
     let (r, pods) = converged(&env, "cache", 5).await;
-    assert_eq!(condition(&r, "Ready"), ("True".into(), "AllReplicasReady".into()));
-    assert_eq!(condition(&r, "Progressing"), ("False".into(), "Complete".into()));
+    assert_eq!(
+        condition(&r, "Ready"),
+        ("True".into(), "AllReplicasReady".into())
+    );
+    assert_eq!(
+        condition(&r, "Progressing"),
+        ("False".into(), "Complete".into())
+    );
     assert_eq!(condition(&r, "ReplicaFailure").0, "False");
     for p in &pods {
         let owner = &p.owner_references()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Redis", "cache"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Redis", "cache")
+        );
         assert_eq!(owner.controller, Some(true));
         assert_eq!(owner.block_owner_deletion, Some(true));
         let labels = p.labels();
@@ -129,13 +154,19 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
         assert_eq!(labels["app.kubernetes.io/managed-by"], "podkeeper");
         assert!(labels.contains_key("podkeeper.dev/template-hash"));
         let c = &p.spec.as_ref().unwrap().containers[0];
-        assert_eq!(c.args.as_ref().unwrap()[..2], ["--port".to_string(), "6379".to_string()]);
+        assert_eq!(
+            c.args.as_ref().unwrap()[..2],
+            ["--port".to_string(), "6379".to_string()]
+        );
         assert!(c.readiness_probe.is_some());
         assert!(p.name_any().starts_with("cache-"));
     }
     let selector = r.status.as_ref().unwrap().selector.clone();
     let pods_api: Api<Pod> = env.api();
-    let selected = pods_api.list(&ListParams::default().labels(&selector)).await.unwrap();
+    let selected = pods_api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap();
     assert_eq!(selected.items.len(), 5, "status.selector selects the Pods");
 
     scale(&env, "cache", 2).await;
@@ -152,7 +183,10 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
         .into_iter()
         .filter_map(|e| e.reason)
         .collect();
-    assert!(reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"), "{reasons:?}");
+    assert!(
+        reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"),
+        "{reasons:?}"
+    );
     op.assert_running();
 }
 
@@ -164,14 +198,18 @@ async fn kubectl_scale_and_wait_work_through_the_subresources() {
     let (ok, out, err) = env.kubectl(&["scale", "redis/kc", "--replicas=3"]);
     assert!(ok, "kubectl scale: {out}{err}");
     converged(&env, "kc", 3).await;
-    let (ok, out, err) = env.kubectl(&["wait", "--for=condition=Ready", "redis/kc", "--timeout=60s"]);
+    let (ok, out, err) =
+        env.kubectl(&["wait", "--for=condition=Ready", "redis/kc", "--timeout=60s"]);
     assert!(ok, "kubectl wait: {out}{err}");
     let (ok, out, _) = env.kubectl(&["get", "rds", "kc"]);
     assert!(ok);
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "DESIRED", "READY", "IMAGE", "PORT", "AGE"]);
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(&row[..5], ["kc", "3", "3", podkeeper::crd::redis::DEFAULT_IMAGE, "6379"]);
+    assert_eq!(
+        &row[..5],
+        ["kc", "3", "3", podkeeper::crd::redis::DEFAULT_IMAGE, "6379"]
+    );
     let (ok, out, _) = env.kubectl(&["explain", "redis.spec.port"]);
     assert!(ok && out.contains("1234 to 54321"), "{out}");
     op.assert_running();
@@ -209,21 +247,41 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
 
     // Follow every Pod event during the rollout.
     let pods: Api<Pod> = env.api();
-    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
-    let mut stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    let mut state: BTreeMap<String, Pod> = live_pods(&env, &uid).await.into_iter().map(|p| (p.name_any(), p)).collect();
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut state: BTreeMap<String, Pod> = live_pods(&env, &uid)
+        .await
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
 
     let api: Api<Redis> = env.api();
-    api.patch("roll", &PatchParams::default(), &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})))
-        .await
-        .unwrap();
+    api.patch(
+        "roll",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
+    )
+    .await
+    .unwrap();
 
     let (mut max_live, mut min_ready) = (0usize, usize::MAX);
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let done = state.len() == 3
             && state.values().all(|p| {
-                is_ready(p) && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("redis:7.4.3")
+                is_ready(p)
+                    && p.spec.as_ref().unwrap().containers[0].image.as_deref()
+                        == Some("redis:7.4.3")
             });
         if done {
             break;
@@ -249,8 +307,14 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
         max_live = max_live.max(state.len());
         min_ready = min_ready.min(state.values().filter(|p| is_ready(p)).count());
     }
-    assert!(max_live <= 4, "never more than replicas + 1 Pods, saw {max_live}");
-    assert!(min_ready >= 3, "never fewer than 3 ready Pods, saw {min_ready}");
+    assert!(
+        max_live <= 4,
+        "never more than replicas + 1 Pods, saw {max_live}"
+    );
+    assert!(
+        min_ready >= 3,
+        "never fewer than 3 ready Pods, saw {min_ready}"
+    );
     let (r, _) = converged(&env, "roll", 3).await;
     assert_eq!(r.status.unwrap().updated_replicas, 3);
     op.assert_running();
@@ -267,19 +331,43 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
     // before the Redis's own.
     let pods: Api<Pod> = env.api();
     let redises: Api<Redis> = env.api();
-    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
-    let mut pod_stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    let mut redis_stream = redises.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    redises.delete("gone", &DeleteParams::default()).await.unwrap();
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut pod_stream = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut redis_stream = redises
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    redises
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
 
     let redis_deleted_rv: u64 = loop {
-        match tokio::time::timeout(TIMEOUT, redis_stream.try_next()).await.unwrap().unwrap().unwrap() {
+        match tokio::time::timeout(TIMEOUT, redis_stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
             WatchEvent::Deleted(r) => break r.resource_version().unwrap().parse().unwrap(),
             _ => continue,
         }
     };
     let mut pod_deletions = Vec::new();
-    while let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_millis(500), pod_stream.next()).await {
+    while let Ok(Some(Ok(ev))) =
+        tokio::time::timeout(Duration::from_millis(500), pod_stream.next()).await
+    {
         if let WatchEvent::Deleted(p) = ev {
             pod_deletions.push(p.resource_version().unwrap().parse::<u64>().unwrap());
         }
@@ -298,7 +386,10 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
         .into_iter()
         .filter_map(|e| e.reason)
         .collect();
-    assert!(reasons.iter().any(|r| r == "CleanupComplete"), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r == "CleanupComplete"),
+        "{reasons:?}"
+    );
     op.assert_running();
 }
 
@@ -319,7 +410,13 @@ async fn deletion_completes_with_a_foreign_finalizer_and_an_already_deleted_pod(
     .unwrap();
     // One Pod is already gone when the deletion starts.
     let pods_api: Api<Pod> = env.api();
-    pods_api.delete(&pods[0].name_any(), &DeleteParams::default().grace_period(0)).await.unwrap();
+    pods_api
+        .delete(
+            &pods[0].name_any(),
+            &DeleteParams::default().grace_period(0),
+        )
+        .await
+        .unwrap();
     api.delete("held", &DeleteParams::default()).await.unwrap();
 
     let r = wait_for("our finalizer to be released", TIMEOUT, || async {
@@ -327,13 +424,24 @@ async fn deletion_completes_with_a_foreign_finalizer_and_an_already_deleted_pod(
         (!r.finalizers().iter().any(|f| f == "podkeeper.dev/cleanup")).then_some(r)
     })
     .await;
-    assert_eq!(r.finalizers(), ["example.com/hold", "orphan"], "foreign finalizers are left alone");
+    assert_eq!(
+        r.finalizers(),
+        ["example.com/hold", "orphan"],
+        "foreign finalizers are left alone"
+    );
     let all = pods_api.list(&ListParams::default()).await.unwrap();
-    assert!(!all.items.iter().any(|p| owned_by(p, &uid)), "no Pod is left");
+    assert!(
+        !all.items.iter().any(|p| owned_by(p, &uid)),
+        "no Pod is left"
+    );
 
-    api.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-        .await
-        .unwrap();
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     wait_for("the Redis to vanish", TIMEOUT, || async {
         matches!(api.get_opt("held").await, Ok(None)).then_some(())
     })
@@ -377,12 +485,17 @@ async fn a_foreign_pod_with_the_same_labels_survives() {
     scale(&env, "shared", 1).await;
     converged(&env, "shared", 1).await;
     let api: Api<Redis> = env.api();
-    api.delete("shared", &DeleteParams::default()).await.unwrap();
+    api.delete("shared", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_for("the Redis to vanish", TIMEOUT, || async {
         matches!(api.get_opt("shared").await, Ok(None)).then_some(())
     })
     .await;
-    let survivor = pods.get("foreign").await.expect("the foreign Pod is still there");
+    let survivor = pods
+        .get("foreign")
+        .await
+        .expect("the foreign Pod is still there");
     assert!(survivor.metadata.deletion_timestamp.is_none());
     op.assert_running();
 }
@@ -392,8 +505,18 @@ async fn an_operator_killed_mid_scale_up_converges_without_duplicates() {
     let env = TestEnv::new("redis-crash").await;
     let mut op = env.start_operator();
     let pods: Api<Pod> = env.api();
-    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
-    let mut stream = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
 
     create(&env, "crash", 40).await;
     // Kill it as soon as some, but not all, Pods exist.
@@ -409,12 +532,17 @@ async fn an_operator_killed_mid_scale_up_converges_without_duplicates() {
     assert_eq!(live.len(), 40);
 
     let mut created = BTreeSet::new();
-    while let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_millis(500), stream.next()).await {
+    while let Ok(Some(Ok(ev))) =
+        tokio::time::timeout(Duration::from_millis(500), stream.next()).await
+    {
         if let WatchEvent::Added(p) = ev {
             created.insert(p.name_any());
         }
     }
-    assert!(before < 40, "the kill came mid scale-up ({before} Pods existed)");
+    assert!(
+        before < 40,
+        "the kill came mid scale-up ({before} Pods existed)"
+    );
     assert_eq!(created.len(), 40, "exactly 40 Pods were ever created");
     op.assert_running();
 }
@@ -427,7 +555,11 @@ async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
         ("high-port", json!({"port": 60000}), "spec.port"),
         ("negative", json!({"replicas": -1}), "spec.replicas"),
         ("huge", json!({"replicas": 100000}), "spec.replicas"),
-        ("spaces", json!({"image": "redis latest"}), "image must not contain spaces"),
+        (
+            "spaces",
+            json!({"image": "redis latest"}),
+            "image must not contain spaces",
+        ),
         ("empty-image", json!({"image": ""}), "spec.image"),
         ("wrong-type", json!({"replicas": "three"}), "spec.replicas"),
         (&"x".repeat(58), json!({}), "at most 57 characters"),
@@ -443,7 +575,10 @@ async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
         std::fs::write(&path, manifest.to_string()).unwrap();
         let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
         assert!(!ok, "{name} was accepted: {out}");
-        assert!(err.contains(expected), "{name}: expected {expected:?} in {err}");
+        assert!(
+            err.contains(expected),
+            "{name}: expected {expected:?} in {err}"
+        );
     }
     // Defaults fill in what is left out.
     let api: Api<Redis> = env.api();
