@@ -71,4 +71,23 @@ pub struct RunArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Elect a leader with a coordination.k8s.io Lease, so that only one
+    /// replica reconciles at a time.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "podkeeper-leader")]
+    pub leader_election_id: String,
+    /// Seconds a leader's Lease stays valid without renewal.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..))]
+    pub leader_election_lease_duration: u64,
+    /// Where /metrics is served ("0" disables).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: String,
+    /// Where /livez, /healthz and /readyz are served ("0" disables).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: String,
 }

@@ -15,6 +15,8 @@ pub mod controller;
 pub mod crd;
 pub mod dev;
 pub mod engine;
+pub mod http;
+pub mod leader;
 pub mod localcluster;
 pub mod metrics;
 pub mod operator;

@@ -23,6 +23,8 @@ use crate::controller::{
 use crate::crd::{Application, Redis};
 use crate::engine::executor::Executor;
 use crate::engine::expectations::Expectations;
+use crate::http::{self, Readiness};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 
 /// `podkeeper run`: the usual kubeconfig resolution, stopped by SIGINT or
@@ -122,28 +124,35 @@ async fn log_results<K: Resource, E: std::error::Error + 'static>(
 }
 
 /// Runs every controller until `shutdown` resolves; in-flight reconciles
-/// finish first.
+/// finish first. With `--leader-elect`, controllers run only while this
+/// process holds the Lease; losing it ends the process with an error, and
+/// stopping releases it so that a standby takes over at once.
 pub async fn run(
     client: Client,
     args: RunArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), crate::Error> {
     let shutdown = shutdown.shared();
-    let namespace = args.namespace.as_deref();
     let metrics = Metrics::new();
-    let expectations = Arc::new(Expectations::default());
-    let reporter = Reporter {
-        controller: "podkeeper".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let executor = Executor {
-        client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        expectations: expectations.clone(),
-        metrics: metrics.clone(),
-        controller: controller::redis::CONTROLLER,
-    };
+    let readiness = Arc::new(Readiness::default());
+    http::serve(
+        &args.metrics_bind_address,
+        &args.health_probe_bind_address,
+        metrics.clone(),
+        readiness.clone(),
+    )
+    .await?;
+    {
+        let readiness = readiness.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            readiness.set_stopping();
+        });
+    }
 
+    let namespace = args.namespace.as_deref();
+    let expectations = Arc::new(Expectations::default());
     let (redis_tx, redis_rx) = unbounded();
     let (app_tx, app_rx) = unbounded();
     let (redis_relist_tx, redis_relist_rx) = unbounded();
@@ -151,7 +160,7 @@ pub async fn run(
     let (pods, pod_driver) = pod_watch::start(
         client.clone(),
         namespace,
-        expectations,
+        expectations.clone(),
         pod_watch::Routes {
             redis: redis_tx,
             application: app_tx,
@@ -169,35 +178,107 @@ pub async fn run(
         r = pods.wait_until_ready() => r.map_err(|e| crate::Error::Other(format!("pod cache: {e}")))?,
         _ = shutdown.clone() => { pod_task.abort(); return Ok(()); }
     }
+    readiness.set_synced();
 
+    let mut leadership = None;
+    if args.leader_elect {
+        let lease_namespace = args.leader_election_namespace.clone().ok_or_else(|| {
+            crate::Error::Other(
+                "--leader-elect needs --leader-election-namespace or POD_NAMESPACE".into(),
+            )
+        })?;
+        let mut l = Leadership::campaign(
+            client.clone(),
+            &lease_namespace,
+            &args.leader_election_id,
+            args.leader_election_lease_duration,
+        )
+        .await?;
+        tokio::select! {
+            r = l.acquired() => r?,
+            _ = shutdown.clone() => { l.release().await; pod_task.abort(); return Ok(()); }
+        }
+        info!(identity = %l.identity, "became the leader");
+        leadership = Some(l);
+    }
+    let lost = match &leadership {
+        Some(l) => l.lost().boxed(),
+        None => futures::future::pending().boxed(),
+    }
+    .shared();
+    let stop = {
+        let (shutdown, lost) = (shutdown.clone(), lost.clone());
+        async move {
+            tokio::select! { _ = shutdown => {}, _ = lost => {} }
+        }
+        .shared()
+    };
+
+    let reporter = Reporter {
+        controller: "podkeeper".into(),
+        instance: leadership.as_ref().map(|l| l.identity.clone()),
+    };
+    let executor = Executor {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        expectations,
+        metrics,
+        controller: controller::redis::CONTROLLER,
+    };
     let redis_ctx = Context::new(client.clone(), executor.clone(), pods.clone());
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
+    let (app_ctx, services) = application_context(&client, namespace, executor, pods);
+    let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
+    {
+        // Ready again once every controller's cache has its first list.
+        let (readiness, redis_store, app_store, service_store) = (
+            readiness.clone(),
+            redis_store.clone(),
+            app_store.clone(),
+            app_ctx.services.clone(),
+        );
+        tokio::spawn(async move {
+            let _ = redis_store.wait_until_ready().await;
+            let _ = app_store.wait_until_ready().await;
+            let _ = service_store.wait_until_ready().await;
+            readiness.set_synced();
+        });
+    }
     let redis = Controller::for_stream(redis_stream, redis_store)
         .reconcile_on(redis_rx)
         .reconcile_all_on(redis_relist_rx)
-        .graceful_shutdown_on(shutdown.clone())
+        .graceful_shutdown_on(stop.clone())
         .run(
             controller::redis::reconcile,
             controller::redis::error_policy,
             redis_ctx,
         );
-
-    let app_ctx = application_context(&client, namespace, executor, pods);
-    let services = app_ctx.1;
-    let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
     let applications = Controller::for_stream(app_stream, app_store)
         .owns_stream(services)
         .reconcile_on(app_rx)
         .reconcile_all_on(app_relist_rx)
-        .graceful_shutdown_on(shutdown.clone())
+        .graceful_shutdown_on(stop.clone())
         .run(
             controller::application::reconcile,
             controller::application::error_policy,
-            app_ctx.0,
+            app_ctx,
         );
     info!("controllers started");
     futures::join!(log_results(redis), log_results(applications));
     pod_task.abort();
+    let lost_leadership = leadership.is_some()
+        && lost.clone().now_or_never().is_some()
+        && shutdown.clone().now_or_never().is_none();
+    // Every receiver of the leadership channel must be gone for the Lease
+    // to be released.
+    drop(stop);
+    drop(lost);
+    if let Some(l) = leadership {
+        l.release().await;
+    }
+    if lost_leadership {
+        return Err(crate::Error::Other("lost the leader Lease".into()));
+    }
     info!("stopped");
     Ok(())
 }

@@ -25,7 +25,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_podkeeper");
 
 /// The cluster every test of this binary shares.
 pub struct SharedCluster {
+    /// Admin credentials.
     pub kubeconfig_path: PathBuf,
+    /// The operator's credentials: a token of the `podkeeper` ServiceAccount
+    /// bound only to `manifests/rbac`, so a missing permission fails tests.
+    pub operator_kubeconfig_path: Option<PathBuf>,
     /// The `podkeeper dev` process; its stdin closes when this test binary
     /// exits, which stops the cluster.
     _dev: Option<Mutex<(Child, ChildStdin)>>,
@@ -46,10 +50,13 @@ pub fn cluster() -> &'static SharedCluster {
         if let Some(path) = std::env::var_os("PODKEEPER_TEST_KUBECONFIG") {
             return Ok(SharedCluster {
                 kubeconfig_path: PathBuf::from(path),
+                operator_kubeconfig_path: None,
                 _dev: None,
             });
         }
-        start_local_cluster()
+        let mut cluster = start_local_cluster()?;
+        cluster.operator_kubeconfig_path = Some(operator_credentials(&cluster.kubeconfig_path)?);
+        Ok(cluster)
     });
     match result {
         Ok(c) => c,
@@ -94,8 +101,66 @@ fn start_local_cluster() -> Result<SharedCluster, String> {
     }
     Ok(SharedCluster {
         kubeconfig_path,
+        operator_kubeconfig_path: None,
         _dev: Some(Mutex::new((child, stdin))),
     })
+}
+
+fn kubectl_admin(kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .map_err(|e| format!("kubectl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Installs `manifests/rbac` (and the namespace it lives in) and returns a
+/// kubeconfig holding a token of the operator's ServiceAccount.
+fn operator_credentials(admin: &Path) -> Result<PathBuf, String> {
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    kubectl_admin(
+        admin,
+        &[
+            "apply",
+            "-f",
+            manifests.join("manager/namespace.yaml").to_str().unwrap(),
+        ],
+    )?;
+    kubectl_admin(
+        admin,
+        &["apply", "-k", manifests.join("rbac").to_str().unwrap()],
+    )?;
+    let token = kubectl_admin(
+        admin,
+        &[
+            "create",
+            "token",
+            "podkeeper",
+            "--namespace",
+            "podkeeper-system",
+            "--duration",
+            "4h",
+        ],
+    )?;
+    let mut kc = Kubeconfig::read_from(admin).map_err(|e| e.to_string())?;
+    for user in &mut kc.auth_infos {
+        user.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.trim().to_string().into()),
+            ..Default::default()
+        });
+    }
+    let path = admin.with_extension("operator");
+    let yaml = serde_yaml_ng::to_string(&kc).map_err(|e| e.to_string())?;
+    std::fs::write(&path, yaml).map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 pub fn kubeconfig() -> Kubeconfig {
@@ -176,10 +241,18 @@ impl TestEnv {
     /// Runs kubectl against the test cluster, in this namespace; returns
     /// (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let mut all = vec!["--namespace", self.namespace.as_str()];
+        all.extend_from_slice(args);
+        kubectl(&all)
+    }
+}
+
+/// Runs kubectl against the test cluster as admin; returns (success,
+/// stdout, stderr).
+pub fn kubectl(args: &[&str]) -> (bool, String, String) {
+    {
         let out = Command::new("kubectl")
             .env("KUBECONFIG", &cluster().kubeconfig_path)
-            .arg("--namespace")
-            .arg(&self.namespace)
             .args(args)
             .output()
             .expect("kubectl on PATH");
@@ -189,10 +262,13 @@ impl TestEnv {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
+}
 
-    /// Starts an operator process watching only this namespace.
+impl TestEnv {
+    /// Starts an operator process watching only this namespace, with the
+    /// ServiceAccount's credentials.
     pub fn start_operator(&self) -> Operator {
-        Operator::start(&self.namespace)
+        Operator::start(&self.namespace, &[])
     }
 }
 
@@ -200,16 +276,29 @@ impl TestEnv {
 pub struct Operator {
     child: Option<Child>,
     namespace: String,
+    extra_args: Vec<String>,
     pub log: PathBuf,
     starts: u32,
 }
 
 impl Operator {
-    pub fn start(namespace: &str) -> Self {
+    /// Starts `podkeeper run --namespace NS EXTRA...`; metrics and probes
+    /// are off unless `extra` turns them on.
+    pub fn start(namespace: &str, extra: &[&str]) -> Self {
+        let n = rand::random::<u16>();
         let mut op = Operator {
             child: None,
             namespace: namespace.to_string(),
-            log: logs_dir().join(format!("operator-{namespace}.log")),
+            extra_args: {
+                let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+                for flag in ["--metrics-bind-address", "--health-probe-bind-address"] {
+                    if !extra.contains(&flag) {
+                        args.extend([flag.to_string(), "0".to_string()]);
+                    }
+                }
+                args
+            },
+            log: logs_dir().join(format!("operator-{namespace}-{n}.log")),
             starts: 0,
         };
         op.spawn();
@@ -223,9 +312,25 @@ impl Operator {
             .open(&self.log)
             .expect("operator log");
         let err = log.try_clone().expect("log handle");
-        let child = Command::new(BIN)
+        let c = cluster();
+        let kubeconfig = c
+            .operator_kubeconfig_path
+            .as_ref()
+            .unwrap_or(&c.kubeconfig_path);
+        // setpriv --pdeathsig: the operator dies with the test thread that
+        // started it, even if this test binary is killed.
+        let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+            let mut c = Command::new("/usr/bin/setpriv");
+            c.args(["--pdeathsig", "KILL", "--", BIN]);
+            c
+        } else {
+            Command::new(BIN)
+        };
+        let child = cmd
             .args(["run", "--namespace", &self.namespace])
-            .env("KUBECONFIG", &cluster().kubeconfig_path)
+            .args(&self.extra_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("POD_NAMESPACE")
             .env("RUST_LOG", "info,podkeeper=trace,kube=warn")
             .stdin(Stdio::null())
             .stdout(log)
@@ -234,6 +339,30 @@ impl Operator {
             .expect("spawn podkeeper run");
         self.child = Some(child);
         self.starts += 1;
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns whether it
+    /// exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        c.wait().map(|s| s.success()).unwrap_or(false)
+    }
+
+    /// Whether the process has exited, and how.
+    pub fn try_exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGKILL, as a crash would.
@@ -269,4 +398,29 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.0 GET; returns (status code, body), or None if nothing
+/// listens yet.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
 }

@@ -4,3 +4,4 @@ mod application;
 mod cluster;
 mod harness;
 mod redis;
+mod ship;
