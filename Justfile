@@ -1,5 +1,8 @@
 # podkeeper tasks. `just --list` shows them.
 
+kind_cluster := "podkeeper"
+image := "podkeeper:dev"
+
 # Run the operator on a local control plane with kwok nodes (built on first use).
 dev *ARGS:
     cargo run -- dev {{ARGS}}
@@ -15,3 +18,44 @@ test *ARGS:
 # Regenerate manifests/crds from the Rust types.
 crds:
     cargo run -q -- crd --out-dir manifests/crds
+
+# The self-contained release binary the image ships (glibc, crt-static).
+static:
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target x86_64-unknown-linux-gnu
+
+# Build the container image (needs a Docker engine).
+image:
+    docker build -t {{image}} .
+
+# Create the kind cluster unless it exists.
+kind-up:
+    kind get clusters | grep -qx {{kind_cluster}} || kind create cluster --name {{kind_cluster}}
+
+# Load the image into kind (imagePullPolicy is IfNotPresent).
+kind-load:
+    kind load docker-image {{image}} --name {{kind_cluster}}
+
+# Install CRDs, RBAC and the operator with kustomize.
+deploy:
+    kubectl apply -k manifests/
+
+# Remove the operator, its RBAC and its CRDs (and with them every Redis and Application).
+undeploy:
+    kubectl delete -k manifests/ --ignore-not-found
+
+# The integration suite on kind (default) or on the local control plane (`just e2e local`).
+e2e target="kind":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ "{{target}}" = "local" ]; then exec cargo test --test it; fi
+    just kind-up image kind-load
+    kubectl config use-context kind-{{kind_cluster}}
+    just deploy
+    kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=180s
+    kc=$(mktemp)
+    kind get kubeconfig --name {{kind_cluster}} > "$kc"
+    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed cargo test --test it
+
+# Benchmarks (release build): see BENCHMARKS.md.
+bench *ARGS:
+    @echo "just bench: not implemented yet (issue 6)" >&2; exit 1

@@ -277,6 +277,8 @@ pub struct Operator {
     child: Option<Child>,
     namespace: String,
     extra_args: Vec<String>,
+    /// Started without extra flags.
+    plain: bool,
     pub log: PathBuf,
     starts: u32,
 }
@@ -289,6 +291,7 @@ impl Operator {
         let mut op = Operator {
             child: None,
             namespace: namespace.to_string(),
+            plain: extra.is_empty(),
             extra_args: {
                 let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
                 for flag in ["--metrics-bind-address", "--health-probe-bind-address"] {
@@ -305,7 +308,18 @@ impl Operator {
         op
     }
 
+    /// `just e2e` sets PODKEEPER_TEST_OPERATOR=deployed: the operator runs
+    /// in the cluster (deployed with manifests/), and tests that start a
+    /// plain operator use that one instead.
+    fn deployed(&self) -> bool {
+        self.plain && std::env::var("PODKEEPER_TEST_OPERATOR").as_deref() == Ok("deployed")
+    }
+
     fn spawn(&mut self) {
+        if self.deployed() {
+            self.starts += 1;
+            return;
+        }
         let log = File::options()
             .create(true)
             .append(true)
@@ -365,8 +379,17 @@ impl Operator {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// SIGKILL, as a crash would.
+    /// SIGKILL, as a crash would (for a deployed operator: force-deleting
+    /// its Pods).
     pub fn kill(&mut self) {
+        if self.deployed() {
+            let (ok, out, err) = kubectl(&[
+                "delete", "pod", "-n", "podkeeper-system", "-l", "app.kubernetes.io/name=podkeeper",
+                "--grace-period=0", "--force",
+            ]);
+            assert!(ok, "deleting the deployed operator: {out}{err}");
+            return;
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -378,8 +401,18 @@ impl Operator {
         self.spawn();
     }
 
-    /// Panics if the process has exited (crashed) on its own.
+    /// Panics if the process has exited (crashed) on its own (for a
+    /// deployed operator: if a container restarted).
     pub fn assert_running(&mut self) {
+        if self.deployed() {
+            let (ok, out, err) = kubectl(&[
+                "get", "pod", "-n", "podkeeper-system", "-l", "app.kubernetes.io/name=podkeeper",
+                "-o", "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
+            ]);
+            assert!(ok, "{err}");
+            assert!(out.split_whitespace().all(|n| n == "0"), "the deployed operator restarted: {out}");
+            return;
+        }
         if let Some(c) = self.child.as_mut()
             && let Ok(Some(status)) = c.try_wait()
         {
