@@ -58,4 +58,4 @@ e2e target="kind":
 
 # Benchmarks (release build): see BENCHMARKS.md.
 bench *ARGS:
-    @echo "just bench: not implemented yet (issue 6)" >&2; exit 1
+    cargo run --release -- bench {{ARGS}}

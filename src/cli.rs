@@ -33,12 +33,28 @@ pub enum Command {
     /// Run the operator against the cluster from KUBECONFIG, ~/.kube/config
     /// or the in-cluster service account.
     Run(RunArgs),
+    /// Benchmark convergence against the ReplicaSet controller and the API
+    /// server's ceiling, on a local control plane (use a release build).
+    Bench(BenchArgs),
     /// Print every CustomResourceDefinition as YAML.
     Crd {
         /// Write one file per CRD, and a kustomization, into this directory.
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Number of owner objects (Redis, ReplicaSets).
+    #[arg(long, default_value_t = 1000)]
+    pub objects: usize,
+    /// Replicas of each.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    /// A small run (20 x 3), as a smoke test.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@
 //! - [`localcluster`]: a real control plane built from source, for `dev` and
 //!   the tests.
 
+pub mod bench;
 pub mod cli;
 pub mod controller;
 pub mod crd;
@@ -33,4 +34,6 @@ pub enum Error {
     Config(String),
     #[error("{0}")]
     Other(String),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
 }

@@ -162,14 +162,13 @@ impl Executor {
         match api.create(&PostParams::default(), &pod).await {
             Ok(_) => {
                 self.metrics.pods_created(self.controller);
-                self.event(
+                self.event_in_background(
                     owner,
                     EventType::Normal,
                     "SuccessfulCreate",
                     "Create",
                     format!("Created pod: {name}"),
-                )
-                .await;
+                );
                 Ok(())
             }
             Err(e) => {
@@ -232,14 +231,13 @@ impl Executor {
                     DeleteReason::Finished => "pod finished",
                     DeleteReason::Cleanup => "owner deleted",
                 };
-                self.event(
+                self.event_in_background(
                     owner,
                     EventType::Normal,
                     "SuccessfulDelete",
                     "Delete",
                     format!("Deleted pod: {} ({why})", victim.name),
-                )
-                .await;
+                );
                 Ok(true)
             }
             // Already gone, or replaced by another Pod of the same name:
@@ -267,6 +265,28 @@ impl Executor {
                 })
             }
         }
+    }
+
+    /// Records an Event in the background, so that Pod creates and deletes
+    /// do not wait for it (the ReplicaSet controller's broadcaster does the
+    /// same).
+    pub fn event_in_background(
+        &self,
+        owner: &Owner,
+        type_: EventType,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let this = self.clone();
+        let target = Owner {
+            key: owner.key.clone(),
+            namespace: owner.namespace.clone(),
+            name: owner.name.clone(),
+            reference: owner.reference.clone(),
+            event_target: owner.event_target.clone(),
+        };
+        tokio::spawn(async move { this.event(&target, type_, reason, action, note).await });
     }
 
     /// Records an Event; a failure to record is logged, never fatal.

@@ -384,8 +384,14 @@ impl Operator {
     pub fn kill(&mut self) {
         if self.deployed() {
             let (ok, out, err) = kubectl(&[
-                "delete", "pod", "-n", "podkeeper-system", "-l", "app.kubernetes.io/name=podkeeper",
-                "--grace-period=0", "--force",
+                "delete",
+                "pod",
+                "-n",
+                "podkeeper-system",
+                "-l",
+                "app.kubernetes.io/name=podkeeper",
+                "--grace-period=0",
+                "--force",
             ]);
             assert!(ok, "deleting the deployed operator: {out}{err}");
             return;
@@ -406,11 +412,20 @@ impl Operator {
     pub fn assert_running(&mut self) {
         if self.deployed() {
             let (ok, out, err) = kubectl(&[
-                "get", "pod", "-n", "podkeeper-system", "-l", "app.kubernetes.io/name=podkeeper",
-                "-o", "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
+                "get",
+                "pod",
+                "-n",
+                "podkeeper-system",
+                "-l",
+                "app.kubernetes.io/name=podkeeper",
+                "-o",
+                "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
             ]);
             assert!(ok, "{err}");
-            assert!(out.split_whitespace().all(|n| n == "0"), "the deployed operator restarted: {out}");
+            assert!(
+                out.split_whitespace().all(|n| n == "0"),
+                "the deployed operator restarted: {out}"
+            );
             return;
         }
         if let Some(c) = self.child.as_mut()

@@ -174,19 +174,25 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
     scale(&env, "cache", 0).await;
     converged(&env, "cache", 0).await;
 
+    // Per-Pod Events are recorded in the background.
     let events: Api<Event> = env.api();
-    let reasons: BTreeSet<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    assert!(
-        reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"),
-        "{reasons:?}"
-    );
+    wait_for(
+        "SuccessfulCreate and SuccessfulDelete Events",
+        TIMEOUT,
+        || async {
+            let reasons: BTreeSet<String> = events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            (reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"))
+                .then_some(())
+        },
+    )
+    .await;
     op.assert_running();
 }
 
