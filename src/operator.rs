@@ -292,7 +292,7 @@ fn application_context(
     client: &Client,
     namespace: Option<&str>,
     executor: Executor,
-    pods: Store<k8s_openapi::api::core::v1::Pod>,
+    pods: pod_watch::PodCache,
 ) -> (Arc<AppContext>, ServiceTrigger) {
     let (services, writer) = reflector::store();
     let config =

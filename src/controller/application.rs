@@ -22,7 +22,7 @@ use tracing::instrument;
 
 use super::{
     Context, Error, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action,
-    selector, write_status,
+    selector,
 };
 use crate::crd::{Application, ApplicationStatus};
 use crate::engine::executor::{Outcome, Owner};
@@ -572,7 +572,9 @@ async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
                 network: app.status.as_ref().and_then(|s| s.network.clone()),
                 selector: selector_string,
             };
-            write_status(&ctx.inner.client, app, app.status.as_ref(), &status).await?;
+            ctx.inner
+                .write_status(app, app.status.as_ref(), &status)
+                .await?;
             return Ok(Action::await_change());
         }
     };
@@ -613,7 +615,9 @@ async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
         network,
         selector: selector_string,
     };
-    write_status(&ctx.inner.client, app, app.status.as_ref(), &status).await?;
+    ctx.inner
+        .write_status(app, app.status.as_ref(), &status)
+        .await?;
 
     let recheck = match (plan.recheck_after_seconds, deadline) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -73,32 +72,31 @@ pub struct Context {
     pub client: Client,
     pub executor: Executor,
     /// Every Pod podkeeper manages (label-selected, managedFields stripped).
-    pub pods: Store<Pod>,
+    pub pods: pod_watch::PodCache,
     failures: Mutex<HashMap<(&'static str, String, String), u32>>,
+    /// The status last written per object uid, with the resourceVersion the
+    /// write produced: a reconcile may start before the watch shows that
+    /// write, and must not mistake the older status for the current one.
+    written: Mutex<HashMap<String, (u64, serde_json::Value)>>,
 }
 
 impl Context {
-    pub fn new(client: Client, executor: Executor, pods: Store<Pod>) -> Arc<Self> {
+    pub fn new(client: Client, executor: Executor, pods: pod_watch::PodCache) -> Arc<Self> {
         Arc::new(Self {
             client,
             executor,
             pods,
             failures: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         })
     }
 
     /// Pods in `namespace` whose controller owner has `owner_uid`.
     pub fn owned_pods(&self, namespace: &str, owner_uid: &str) -> Vec<Arc<Pod>> {
         self.pods
-            .state()
+            .owned_by(owner_uid)
             .into_iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|p| {
-                p.metadata.owner_references.as_ref().is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r.controller == Some(true) && r.uid == owner_uid)
-                })
-            })
             .collect()
     }
 
@@ -153,6 +151,7 @@ impl Context {
                 )
                 .await;
             self.executor.expectations.forget(&owner.key);
+            self.forget_status(&owner.reference.uid);
             return Ok(());
         }
         pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
@@ -187,6 +186,79 @@ impl Context {
         })
     }
 
+    /// Writes `status` to the status subresource unless it is already
+    /// there: in the object at hand or, when that object predates our last
+    /// write, in what we last wrote.
+    pub async fn write_status<K, S>(
+        &self,
+        obj: &K,
+        current: Option<&S>,
+        status: &S,
+    ) -> Result<(), Error>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        S: Serialize + PartialEq,
+    {
+        let meta = obj.meta();
+        let uid = meta.uid.clone().unwrap_or_default();
+        let seen_rv = meta
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let wanted = serde_json::to_value(status)?;
+        let last = self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&uid)
+            .cloned();
+        let up_to_date = match last {
+            Some((written_rv, written)) if written_rv > seen_rv => written == wanted,
+            _ => current == Some(status),
+        };
+        if up_to_date {
+            return Ok(());
+        }
+        let api: Api<K> = Api::namespaced(
+            self.client.clone(),
+            meta.namespace.as_deref().unwrap_or_default(),
+        );
+        let updated = api
+            .patch_status(
+                meta.name.as_deref().unwrap_or_default(),
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(serde_json::json!({ "status": wanted })),
+            )
+            .await?;
+        let rv = updated
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok());
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match rv {
+            Some(rv) => {
+                written.insert(uid, (rv, wanted));
+            }
+            None => {
+                written.remove(&uid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets what was written for an object that is gone.
+    pub fn forget_status(&self, uid: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+
     /// Per-object exponential backoff (kube-runtime has none): 0.5 s doubling
     /// to 5 min; cleanup that is only waiting for Pods retries every second.
     pub fn backoff(
@@ -213,37 +285,6 @@ impl Context {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.remove(&(kind, namespace.to_string(), name.to_string()));
     }
-}
-
-/// Writes `status` to the status subresource unless it is already there.
-pub async fn write_status<K, S>(
-    client: &Client,
-    obj: &K,
-    current: Option<&S>,
-    status: &S,
-) -> Result<(), Error>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-    S: Serialize + PartialEq,
-{
-    if current == Some(status) {
-        return Ok(());
-    }
-    let meta = obj.meta();
-    let api: Api<K> = Api::namespaced(
-        client.clone(),
-        meta.namespace.as_deref().unwrap_or_default(),
-    );
-    api.patch_status(
-        meta.name.as_deref().unwrap_or_default(),
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Merge(serde_json::json!({ "status": status })),
-    )
-    .await?;
-    Ok(())
 }
 
 /// How long to wait before reconciling again after a successful step.

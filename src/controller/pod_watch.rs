@@ -6,7 +6,8 @@
 //! forward) it marks expectations observed and asks the owning controller to
 //! reconcile the owner.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
@@ -30,6 +31,55 @@ pub struct Routes {
     pub relisted: Vec<UnboundedSender<()>>,
 }
 
+type OwnerIndex = HashMap<String, HashSet<ObjectRef<Pod>>>;
+
+/// The Pod cache with an index by controller owner uid, so that a reconcile
+/// reads its own Pods instead of scanning every Pod.
+#[derive(Clone)]
+pub struct PodCache {
+    store: Store<Pod>,
+    by_owner: Arc<RwLock<OwnerIndex>>,
+}
+
+impl PodCache {
+    /// Pods whose controller owner has `owner_uid`.
+    pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<Pod>> {
+        let index = self.by_owner.read().unwrap_or_else(|e| e.into_inner());
+        index
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| self.store.get(r))
+            .filter(|p| controller_uid(p) == Some(owner_uid))
+            .collect()
+    }
+
+    /// Resolves once the first list is complete.
+    pub async fn wait_until_ready(
+        &self,
+    ) -> Result<(), kube::runtime::reflector::store::WriterDropped> {
+        self.store.wait_until_ready().await
+    }
+}
+
+fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+fn index_insert(index: &mut OwnerIndex, pod: &Pod) {
+    if let Some(uid) = controller_uid(pod) {
+        index
+            .entry(uid.to_string())
+            .or_default()
+            .insert(ObjectRef::from_obj(pod));
+    }
+}
+
 /// Starts the watch; the returned future drives it and never ends unless
 /// the stream does.
 pub fn start(
@@ -37,7 +87,7 @@ pub fn start(
     namespace: Option<&str>,
     expectations: Arc<Expectations>,
     routes: Routes,
-) -> (Store<Pod>, impl Future<Output = ()> + Send + 'static) {
+) -> (PodCache, impl Future<Output = ()> + Send + 'static) {
     let api: Api<Pod> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -53,25 +103,53 @@ pub fn start(
                 pod.metadata.managed_fields = None;
             }),
     );
+    let by_owner: Arc<RwLock<OwnerIndex>> = Arc::default();
+    let cache = PodCache {
+        store: reader,
+        by_owner: by_owner.clone(),
+    };
     let driver = async move {
         let mut stream = std::pin::pin!(stream);
+        // A relist is built aside and swapped in at its end, as the store does.
+        let mut relist: OwnerIndex = HashMap::new();
         while let Some(event) = stream.next().await {
             match event {
-                Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
+                Ok(watcher::Event::Apply(pod)) => {
+                    index_insert(
+                        &mut by_owner.write().unwrap_or_else(|e| e.into_inner()),
+                        &pod,
+                    );
                     route(&pod, false, &expectations, &routes)
                 }
-                Ok(watcher::Event::Delete(pod)) => route(&pod, true, &expectations, &routes),
+                Ok(watcher::Event::InitApply(pod)) => {
+                    index_insert(&mut relist, &pod);
+                    route(&pod, false, &expectations, &routes)
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    if let Some(uid) = controller_uid(&pod) {
+                        let mut index = by_owner.write().unwrap_or_else(|e| e.into_inner());
+                        if let Some(set) = index.get_mut(uid) {
+                            set.remove(&ObjectRef::from_obj(&pod));
+                            if set.is_empty() {
+                                index.remove(uid);
+                            }
+                        }
+                    }
+                    route(&pod, true, &expectations, &routes)
+                }
                 Ok(watcher::Event::InitDone) => {
+                    *by_owner.write().unwrap_or_else(|e| e.into_inner()) =
+                        std::mem::take(&mut relist);
                     for tx in &routes.relisted {
                         let _ = tx.unbounded_send(());
                     }
                 }
-                Ok(watcher::Event::Init) => {}
+                Ok(watcher::Event::Init) => relist.clear(),
                 Err(e) => warn!(error = %e, "pod watch error; retrying with backoff"),
             }
         }
     };
-    (reader, driver)
+    (cache, driver)
 }
 
 fn route(pod: &Pod, deleted: bool, expectations: &Expectations, routes: &Routes) {

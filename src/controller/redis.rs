@@ -18,9 +18,7 @@ use kube::{Api, ResourceExt};
 use tracing::instrument;
 
 use super::conditions::{self, Cond};
-use super::{
-    Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action, write_status,
-};
+use super::{Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action};
 use crate::crd::{Redis, RedisStatus};
 use crate::engine::executor::{Outcome, Owner};
 use crate::engine::hash::template_hash;
@@ -316,7 +314,8 @@ async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
     let plan = plan(&desired, &ctx.observed(&owner), now);
     let outcome = ctx.act(&owner, &template, &plan).await;
     let status = desired_status(redis, &plan, outcome.as_ref(), now);
-    write_status(&ctx.client, redis, redis.status.as_ref(), &status).await?;
+    ctx.write_status(redis, redis.status.as_ref(), &status)
+        .await?;
     Ok(next_action(outcome.is_some(), plan.recheck_after_seconds))
 }
 

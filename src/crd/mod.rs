@@ -59,7 +59,11 @@ pub fn manifest_files() -> Vec<(String, String)> {
 /// `podkeeper crd [--out-dir DIR]`.
 pub fn print_all(out_dir: Option<&std::path::Path>) -> Result<(), crate::Error> {
     match out_dir {
-        None => print!("{}", to_yaml()),
+        None => {
+            use std::io::Write;
+            // A closed pipe (`podkeeper crd | head`) is not an error.
+            let _ = std::io::stdout().write_all(to_yaml().as_bytes());
+        }
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .map_err(|e| crate::Error::Other(format!("{}: {e}", dir.display())))?;

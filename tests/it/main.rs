@@ -1,6 +1,7 @@
 //! Integration tests against a real control plane (see `harness`).
 
 mod application;
+mod bench;
 mod cluster;
 mod harness;
 mod redis;
