@@ -218,6 +218,15 @@ async fn kubectl_scale_and_wait_work_through_the_subresources() {
     );
     let (ok, out, _) = env.kubectl(&["explain", "redis.spec.port"]);
     assert!(ok && out.contains("1234 to 54321"), "{out}");
+
+    // The quick-start sample applies as it is and converges.
+    let (ok, out, err) = env.kubectl(&[
+        "apply",
+        "-f",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/samples/redis.yaml"),
+    ]);
+    assert!(ok, "{out}{err}");
+    converged(&env, "redis-sample", 3).await;
     op.assert_running();
 }
 
