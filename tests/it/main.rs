@@ -4,5 +4,6 @@ mod application;
 mod bench;
 mod cluster;
 mod harness;
+mod hostile;
 mod redis;
 mod ship;
