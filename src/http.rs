@@ -35,23 +35,6 @@ impl Readiness {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ready_only_when_synced_and_not_stopping() {
-        let r = Readiness::default();
-        assert!(!r.is_ready());
-        r.set_synced();
-        assert!(r.is_ready());
-        r.set_stopping();
-        assert!(!r.is_ready());
-        r.set_synced();
-        assert!(!r.is_ready(), "stopping is final");
-    }
-}
-
 /// Binds `address` unless it is "0"; returns the bound address.
 async fn bind(address: &str, what: &str) -> Result<Option<TcpListener>, crate::Error> {
     if address == "0" {
@@ -117,4 +100,21 @@ pub async fn serve(
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_synced_and_not_stopping() {
+        let r = Readiness::default();
+        assert!(!r.is_ready());
+        r.set_synced();
+        assert!(r.is_ready());
+        r.set_stopping();
+        assert!(!r.is_ready());
+        r.set_synced();
+        assert!(!r.is_ready(), "stopping is final");
+    }
 }
