@@ -26,10 +26,9 @@ use super::{
 };
 use crate::crd::{Application, ApplicationStatus};
 use crate::engine::executor::{Outcome, Owner};
-use crate::engine::hash::template_hash;
+use crate::engine::hash::{revision_of, stamp, template_hash};
 use crate::engine::plan;
 use crate::engine::plan::{Desired, IntOrPercent, Plan, Strategy, resolve_rolling};
-use crate::engine::pods::TEMPLATE_HASH_LABEL;
 
 pub const CONTROLLER: &str = "application";
 const KIND: &str = "Application";
@@ -173,21 +172,7 @@ pub fn pod_template(app: &Application) -> PodTemplateSpec {
     metadata.name = None;
     metadata.namespace = None;
     metadata.owner_references = None;
-    let hash = template_hash(&template);
-    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-        labels.insert(TEMPLATE_HASH_LABEL.into(), hash);
-    }
-    template
-}
-
-fn revision_of(template: &PodTemplateSpec) -> String {
-    template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.as_ref())
-        .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
-        .cloned()
-        .unwrap_or_default()
+    stamp(template)
 }
 
 /// The Service to apply, if `spec.service` is set. Pure.
@@ -493,20 +478,7 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<AppContext>) -> Result<Ac
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    let metrics = &ctx.inner.executor.metrics;
-    let elapsed = started.elapsed().as_secs_f64();
-    match &result {
-        Ok(_) => {
-            ctx.inner
-                .succeeded(KIND, &app.namespace().unwrap_or_default(), &app.name_any());
-            metrics.reconciled(CONTROLLER, "success", elapsed);
-        }
-        Err(e) if e.is_waiting() => metrics.reconciled(CONTROLLER, "requeue", elapsed),
-        Err(e) => {
-            metrics.reconciled(CONTROLLER, "error", elapsed);
-            metrics.reconcile_error(CONTROLLER, e.metric_label());
-        }
-    }
+    ctx.inner.record(KIND, &*app, started, &result);
     result
 }
 
@@ -736,6 +708,7 @@ async fn cleanup(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::pods::TEMPLATE_HASH_LABEL;
     use crate::engine::pods::test_support::{pending, pod};
     use serde_json::json;
 

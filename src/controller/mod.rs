@@ -280,6 +280,36 @@ impl Context {
         Action::requeue(Duration::from_millis(millis.min(300_000)))
     }
 
+    /// Records a finished reconcile: metrics by result, and the failure
+    /// count reset on success.
+    pub fn record<K: Resource>(
+        &self,
+        kind: &'static str,
+        obj: &K,
+        started: std::time::Instant,
+        result: &Result<Action, Error>,
+    ) {
+        let metrics = &self.executor.metrics;
+        let controller = self.executor.controller;
+        let elapsed = started.elapsed().as_secs_f64();
+        match result {
+            Ok(_) => {
+                let meta = obj.meta();
+                self.succeeded(
+                    kind,
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                );
+                metrics.reconciled(controller, "success", elapsed);
+            }
+            Err(e) if e.is_waiting() => metrics.reconciled(controller, "requeue", elapsed),
+            Err(e) => {
+                metrics.reconciled(controller, "error", elapsed);
+                metrics.reconcile_error(controller, e.metric_label());
+            }
+        }
+    }
+
     /// Forgets the failure count after a successful reconcile.
     pub fn succeeded(&self, kind: &'static str, namespace: &str, name: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());

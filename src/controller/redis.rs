@@ -21,10 +21,9 @@ use super::conditions::{self, Cond};
 use super::{Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action};
 use crate::crd::{Redis, RedisStatus};
 use crate::engine::executor::{Outcome, Owner};
-use crate::engine::hash::template_hash;
+use crate::engine::hash::{revision_of, stamp};
 use crate::engine::plan;
 use crate::engine::plan::{Desired, Plan, Strategy};
-use crate::engine::pods::TEMPLATE_HASH_LABEL;
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
@@ -128,28 +127,14 @@ pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
         }]),
         ..Default::default()
     };
-    let mut template = PodTemplateSpec {
+    let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(selector_labels(&redis.name_any())),
             ..Default::default()
         }),
         spec: Some(pod_spec),
     };
-    let hash = template_hash(&template);
-    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-        labels.insert(TEMPLATE_HASH_LABEL.into(), hash);
-    }
-    template
-}
-
-fn revision_of(template: &PodTemplateSpec) -> String {
-    template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.as_ref())
-        .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
-        .cloned()
-        .unwrap_or_default()
+    stamp(template)
 }
 
 /// The status a Redis should show. Pure: `previous` supplies the
@@ -267,23 +252,7 @@ pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<Context>) -> Result<Action, E
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    let metrics = &ctx.executor.metrics;
-    let elapsed = started.elapsed().as_secs_f64();
-    match &result {
-        Ok(_) => {
-            ctx.succeeded(
-                KIND,
-                &redis.namespace().unwrap_or_default(),
-                &redis.name_any(),
-            );
-            metrics.reconciled(CONTROLLER, "success", elapsed);
-        }
-        Err(e) if e.is_waiting() => metrics.reconciled(CONTROLLER, "requeue", elapsed),
-        Err(e) => {
-            metrics.reconciled(CONTROLLER, "error", elapsed);
-            metrics.reconcile_error(CONTROLLER, e.metric_label());
-        }
-    }
+    ctx.record(KIND, &*redis, started, &result);
     result
 }
 

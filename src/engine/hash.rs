@@ -2,8 +2,11 @@
 //! engine writes into each Pod's labels. A Pod whose hash differs from the
 //! current template's is outdated and gets rolled.
 
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+
+use super::pods::TEMPLATE_HASH_LABEL;
 
 /// Ten lowercase hex characters of the SHA-256 of the value's JSON form.
 /// k8s-openapi types serialize their fields in a fixed order and maps are
@@ -12,6 +15,29 @@ pub fn template_hash<T: Serialize>(template: &T) -> String {
     let json = serde_json::to_vec(template).unwrap_or_default();
     let digest = Sha256::digest(&json);
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Stamps a Pod template with the hash of its contents
+/// ([`TEMPLATE_HASH_LABEL`]), computed before the label is added.
+pub fn stamp(mut template: PodTemplateSpec) -> PodTemplateSpec {
+    let hash = template_hash(&template);
+    let metadata = template.metadata.get_or_insert_with(Default::default);
+    metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(TEMPLATE_HASH_LABEL.into(), hash);
+    template
+}
+
+/// The hash a stamped template carries.
+pub fn revision_of(template: &PodTemplateSpec) -> String {
+    template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.as_ref())
+        .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
