@@ -606,3 +606,37 @@ async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
     assert_eq!((r.spec.replicas, r.spec.port), (1, 6379));
     assert_eq!(r.spec.image, podkeeper::crd::redis::DEFAULT_IMAGE);
 }
+
+#[tokio::test]
+async fn a_redis_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
+    let env = TestEnv::new("redis-down").await;
+    let mut op = env.start_operator();
+    let (r, _) = {
+        create(&env, "down", 3).await;
+        converged(&env, "down", 3).await
+    };
+    let uid = r.uid().unwrap();
+    op.kill();
+    let api: Api<Redis> = env.api();
+    api.delete("down", &DeleteParams::default()).await.unwrap();
+    // The finalizer holds it, Terminating, with its Pods.
+    let held = api
+        .get("down")
+        .await
+        .expect("still there while the operator is down");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert_eq!(live_pods(&env, &uid).await.len(), 3);
+
+    op.restart();
+    wait_for("the Redis to vanish", TIMEOUT, || async {
+        matches!(api.get_opt("down").await, Ok(None)).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = env.api();
+    let left = pods.list(&ListParams::default()).await.unwrap();
+    assert!(
+        !left.items.iter().any(|p| owned_by(p, &uid)),
+        "no Pod is orphaned"
+    );
+    op.assert_running();
+}
