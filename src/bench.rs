@@ -115,25 +115,40 @@ where
 
 const CONCURRENCY: usize = 64;
 
-async fn podkeeper_stage(client: &Client, n: usize, r: usize) -> Result<Stage, crate::Error> {
-    let ns = "bench-podkeeper";
-    let api: Api<Redis> = Api::namespaced(client.clone(), ns);
-    let start = Instant::now();
-    stream::iter(0..n)
+/// Creates `count` objects made by `make`, `CONCURRENCY` requests in flight.
+async fn create_all<K>(
+    api: &Api<K>,
+    count: usize,
+    make: impl Fn(usize) -> serde_json::Value,
+) -> Result<(), crate::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    stream::iter(0..count)
         .map(|i| {
-            let api = api.clone();
+            let object = serde_json::from_value::<K>(make(i));
             async move {
-                let redis: Redis = serde_json::from_value(json!({
-                    "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
-                    "metadata": {"name": format!("r{i}")}, "spec": {"replicas": r}
-                }))?;
-                api.create(&PostParams::default(), &redis).await?;
+                api.create(&PostParams::default(), &object?).await?;
                 Ok::<_, crate::Error>(())
             }
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
+    Ok(())
+}
+
+async fn podkeeper_stage(client: &Client, n: usize, r: usize) -> Result<Stage, crate::Error> {
+    let ns = "bench-podkeeper";
+    let api: Api<Redis> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    create_all(&api, n, |i| {
+        json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": format!("r{i}")}, "spec": {"replicas": r}
+        })
+    })
+    .await?;
     let (exist, ready) = wait_pods(client, ns, n * r, start).await?;
     let status = wait_status(start, || async {
         let list = api.list(&ListParams::default()).await?;
@@ -158,27 +173,16 @@ async fn replicaset_stage(client: &Client, n: usize, r: usize) -> Result<Stage, 
     namespace(client, ns).await?;
     let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
     let start = Instant::now();
-    stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let rs: ReplicaSet = serde_json::from_value(json!({
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "metadata": {"name": format!("rs{i}")},
-                    "spec": {
-                        "replicas": r,
-                        "selector": {"matchLabels": {"bench": format!("rs{i}")}},
-                        "template": {"metadata": {"labels": {"bench": format!("rs{i}")}},
-                                     "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}}
-                    }
-                }))?;
-                api.create(&PostParams::default(), &rs).await?;
-                Ok::<_, crate::Error>(())
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
+    create_all(&api, n, |i| json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": format!("rs{i}")},
+                "spec": {
+                    "replicas": r,
+                    "selector": {"matchLabels": {"bench": format!("rs{i}")}},
+                    "template": {"metadata": {"labels": {"bench": format!("rs{i}")}},
+                                 "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}}
+                }
+            })).await?;
     let (exist, ready) = wait_pods(client, ns, n * r, start).await?;
     let status = wait_status(start, || async {
         let list = api.list(&ListParams::default()).await?;
@@ -202,21 +206,13 @@ async fn ceiling_stage(client: &Client, total: usize) -> Result<Stage, crate::Er
     namespace(client, ns).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let start = Instant::now();
-    stream::iter(0..total)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")},
-                    "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}
-                }))?;
-                api.create(&PostParams::default(), &pod).await?;
-                Ok::<_, crate::Error>(())
-            }
+    create_all(&api, total, |i| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")},
+            "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}
         })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
+    })
+    .await?;
     let (exist, ready) = wait_pods(client, ns, total, start).await?;
     Ok(Stage {
         name: format!("ceiling (direct creates, {CONCURRENCY} in flight)"),
