@@ -7,14 +7,12 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{
-    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::Application;
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{TestEnv, current_rv, wait_for, watch_from};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -270,11 +268,7 @@ async fn watch_rollout(
         .filter(|p| owned(p, uid) && p.metadata.deletion_timestamp.is_none())
         .map(|p| (p.name_any(), p))
         .collect();
-    let mut stream = pods
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let mut stream = watch_from(&pods, &rv).await;
     start.await;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while !until(&state) {
@@ -584,28 +578,10 @@ async fn cleanup_deletes_the_service_then_the_pods_and_the_application_last() {
     .await;
 
     let pods: Api<Pod> = env.api();
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut pod_stream = pods
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    let mut svc_stream = services
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    let mut app_stream = apps
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let rv = current_rv(&pods).await;
+    let mut pod_stream = watch_from(&pods, &rv).await;
+    let mut svc_stream = watch_from(&services, &rv).await;
+    let mut app_stream = watch_from(&apps, &rv).await;
     apps.delete("bye", &DeleteParams::default()).await.unwrap();
 
     let app_gone: u64 = loop {

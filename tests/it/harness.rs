@@ -472,3 +472,31 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         .unwrap_or_default();
     Some((code, body))
 }
+
+/// The collection's current resourceVersion, to watch from.
+pub async fn current_rv<K>(api: &Api<K>) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("a resourceVersion")
+}
+
+/// A raw watch from `rv`, so every event after it is seen.
+pub async fn watch_from<K>(
+    api: &Api<K>,
+    rv: &str,
+) -> futures::stream::BoxStream<'static, kube::Result<kube::api::WatchEvent<K>>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    api.watch(&kube::api::WatchParams::default(), rv)
+        .await
+        .expect("watch")
+        .boxed()
+}

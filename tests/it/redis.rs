@@ -7,14 +7,12 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{
-    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Redis, RedisSpec};
 use serde_json::json;
 
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{TestEnv, current_rv, wait_for, watch_from};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -262,18 +260,8 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
 
     // Follow every Pod event during the rollout.
     let pods: Api<Pod> = env.api();
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut stream = pods
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let rv = current_rv(&pods).await;
+    let mut stream = watch_from(&pods, &rv).await;
     let mut state: BTreeMap<String, Pod> = live_pods(&env, &uid)
         .await
         .into_iter()
@@ -346,23 +334,9 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
     // before the Redis's own.
     let pods: Api<Pod> = env.api();
     let redises: Api<Redis> = env.api();
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut pod_stream = pods
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    let mut redis_stream = redises
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let rv = current_rv(&pods).await;
+    let mut pod_stream = watch_from(&pods, &rv).await;
+    let mut redis_stream = watch_from(&redises, &rv).await;
     redises
         .delete("gone", &DeleteParams::default())
         .await
@@ -520,18 +494,8 @@ async fn an_operator_killed_mid_scale_up_converges_without_duplicates() {
     let env = TestEnv::new("redis-crash").await;
     let mut op = env.start_operator();
     let pods: Api<Pod> = env.api();
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut stream = pods
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let rv = current_rv(&pods).await;
+    let mut stream = watch_from(&pods, &rv).await;
 
     create(&env, "crash", 40).await;
     // Kill it as soon as some, but not all, Pods exist.
