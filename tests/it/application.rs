@@ -723,3 +723,41 @@ async fn kubectl_scale_works_on_an_application() {
     assert_eq!(&row[..5], ["sc", "4", "4", "4", "4"]);
     op.assert_running();
 }
+
+#[tokio::test]
+async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
+    let env = TestEnv::new("app-kills").await;
+    let mut op = env.start_operator();
+    let apps: Api<Application> = env.api();
+    let strategy = json!({"strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}});
+    apps.create(
+        &PostParams::default(),
+        &application("k", nginx(6, "nginx:1.26", strategy), None),
+    )
+    .await
+    .unwrap();
+    let (a, _) = converged(&env, "k", 6, "nginx:1.26").await;
+    let (mut max_total, mut min_ready, mut events, mut kills) = (0usize, usize::MAX, 0u32, 0u32);
+    watch_rollout(
+        &env,
+        &a.uid().unwrap(),
+        |s| all_on(s, 6, "nginx:1.27"),
+        |s| {
+            events += 1;
+            max_total = max_total.max(s.len());
+            min_ready = min_ready.min(s.values().filter(|p| is_ready(p)).count());
+            // SIGKILL and restart on every fourth Pod event, mid-rollout.
+            if events % 4 == 0 && kills < 5 {
+                op.restart();
+                kills += 1;
+            }
+        },
+        set_image(&env, "k", "nginx:1.27"),
+    )
+    .await;
+    assert!(kills >= 2, "the operator was killed {kills} times");
+    assert!(max_total <= 7, "at most 6 + 1 Pods, saw {max_total}");
+    assert!(min_ready >= 5, "at least 6 - 1 ready Pods, saw {min_ready}");
+    converged(&env, "k", 6, "nginx:1.27").await;
+    op.assert_running();
+}
