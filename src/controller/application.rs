@@ -484,15 +484,7 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<AppContext>) -> Result<Ac
 
 /// Requeue policy on error.
 pub fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<AppContext>) -> Action {
-    if !error.is_waiting() {
-        tracing::warn!(namespace = %app.namespace().unwrap_or_default(), name = %app.name_any(), error = %error, "reconcile failed");
-    }
-    ctx.inner.backoff(
-        KIND,
-        &app.namespace().unwrap_or_default(),
-        &app.name_any(),
-        error,
-    )
+    ctx.inner.backoff(KIND, &*app, error)
 }
 
 async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {

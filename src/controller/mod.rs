@@ -259,22 +259,19 @@ impl Context {
             .remove(uid);
     }
 
-    /// Per-object exponential backoff (kube-runtime has none): 0.5 s doubling
-    /// to 5 min; cleanup that is only waiting for Pods retries every second.
-    pub fn backoff(
-        &self,
-        kind: &'static str,
-        namespace: &str,
-        name: &str,
-        error: &Error,
-    ) -> Action {
+    /// The error policy of every controller: logs real failures, then
+    /// backs off per object (kube-runtime has none): 0.5 s doubling to
+    /// 5 min; cleanup that is only waiting for Pods retries every second.
+    pub fn backoff<K: Resource>(&self, kind: &'static str, obj: &K, error: &Error) -> Action {
         if error.is_waiting() {
             return Action::requeue(Duration::from_secs(1));
         }
+        let meta = obj.meta();
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        tracing::warn!(%namespace, %name, %error, "reconcile failed");
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures
-            .entry((kind, namespace.to_string(), name.to_string()))
-            .or_insert(0);
+        let n = failures.entry((kind, namespace, name)).or_insert(0);
         *n = n.saturating_add(1);
         let millis = 500u64.saturating_mul(1u64 << (*n - 1).min(20));
         Action::requeue(Duration::from_millis(millis.min(300_000)))

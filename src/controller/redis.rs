@@ -258,15 +258,7 @@ pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<Context>) -> Result<Action, E
 
 /// Requeue policy on error.
 pub fn error_policy(redis: Arc<Redis>, error: &Error, ctx: Arc<Context>) -> Action {
-    if !error.is_waiting() {
-        tracing::warn!(namespace = %redis.namespace().unwrap_or_default(), name = %redis.name_any(), error = %error, "reconcile failed");
-    }
-    ctx.backoff(
-        KIND,
-        &redis.namespace().unwrap_or_default(),
-        &redis.name_any(),
-        error,
-    )
+    ctx.backoff(KIND, &*redis, error)
 }
 
 async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {

@@ -12,7 +12,9 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::Application;
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, current_rv, wait_for, watch_from};
+use crate::harness::{
+    TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -48,19 +50,6 @@ fn image_of(p: &Pod) -> String {
         .unwrap_or_default()
 }
 
-fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn owned(p: &Pod, uid: &str) -> bool {
-    p.owner_references()
-        .iter()
-        .any(|r| r.uid == uid && r.controller == Some(true))
-}
-
 /// Waits until the Application has exactly `n` live Pods, all Ready, on
 /// `image`, and its status.workflow says so for the current generation.
 async fn converged(env: &TestEnv, name: &str, n: i32, image: &str) -> (Application, Vec<Pod>) {
@@ -86,7 +75,7 @@ async fn converged(env: &TestEnv, name: &str, n: i32, image: &str) -> (Applicati
                 .ok()?
                 .items
                 .into_iter()
-                .filter(|p| owned(p, &uid))
+                .filter(|p| owned_by(p, &uid))
                 .collect();
             let ok = all.len() == n as usize
                 && all.iter().all(|p| {
@@ -251,49 +240,6 @@ async fn the_crd_installs_with_a_plain_client_side_apply() {
     );
 }
 
-/// Follows Pod events of one owner and checks an invariant after each.
-async fn watch_rollout(
-    env: &TestEnv,
-    uid: &str,
-    until: impl Fn(&BTreeMap<String, Pod>) -> bool,
-    mut check: impl FnMut(&BTreeMap<String, Pod>),
-    start: impl Future<Output = ()>,
-) {
-    let pods: Api<Pod> = env.api();
-    let list = pods.list(&ListParams::default()).await.unwrap();
-    let rv = list.metadata.resource_version.clone().unwrap();
-    let mut state: BTreeMap<String, Pod> = list
-        .items
-        .into_iter()
-        .filter(|p| owned(p, uid) && p.metadata.deletion_timestamp.is_none())
-        .map(|p| (p.name_any(), p))
-        .collect();
-    let mut stream = watch_from(&pods, &rv).await;
-    start.await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while !until(&state) {
-        let ev = tokio::time::timeout_at(deadline, stream.try_next())
-            .await
-            .expect("the rollout finished in time")
-            .unwrap()
-            .expect("watch open");
-        match ev {
-            WatchEvent::Added(p) | WatchEvent::Modified(p) if owned(&p, uid) => {
-                if p.metadata.deletion_timestamp.is_some() {
-                    state.remove(&p.name_any());
-                } else {
-                    state.insert(p.name_any(), p);
-                }
-            }
-            WatchEvent::Deleted(p) => {
-                state.remove(&p.name_any());
-            }
-            _ => continue,
-        }
-        check(&state);
-    }
-}
-
 async fn set_image(env: &TestEnv, name: &str, image: &str) {
     let apps: Api<Application> = env.api();
     apps.patch(
@@ -323,7 +269,7 @@ async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
     .unwrap();
     let (a, _) = converged(&env, "roll", 6, "nginx:1.26").await;
     let (mut max_total, mut min_ready, mut steps) = (0usize, usize::MAX, 0);
-    watch_rollout(
+    follow_owned_pods(
         &env,
         &a.uid().unwrap(),
         |s| all_on(s, 6, "nginx:1.27"),
@@ -367,7 +313,7 @@ async fn recreate_removes_every_old_pod_before_creating_new_ones() {
     .unwrap();
     let (a, _) = converged(&env, "rec", 3, "nginx:1.26").await;
     let mut overlap = false;
-    watch_rollout(
+    follow_owned_pods(
         &env,
         &a.uid().unwrap(),
         |s| all_on(s, 3, "nginx:1.27"),
@@ -738,7 +684,7 @@ async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
     .unwrap();
     let (a, _) = converged(&env, "k", 6, "nginx:1.26").await;
     let (mut max_total, mut min_ready, mut events, mut kills) = (0usize, usize::MAX, 0u32, 0u32);
-    watch_rollout(
+    follow_owned_pods(
         &env,
         &a.uid().unwrap(),
         |s| all_on(s, 6, "nginx:1.27"),

@@ -500,3 +500,75 @@ where
         .expect("watch")
         .boxed()
 }
+
+pub fn is_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The Pod's controller owner has `uid`.
+pub fn owned_by(p: &k8s_openapi::api::core::v1::Pod, uid: &str) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == uid && r.controller == Some(true))
+}
+
+/// Runs `start`, then follows every event of the live Pods owned by `uid`
+/// (from the moment before `start`), calling `check` after each, until
+/// `until` holds; panics if that takes longer than 90 s.
+pub async fn follow_owned_pods(
+    env: &TestEnv,
+    uid: &str,
+    until: impl Fn(&std::collections::BTreeMap<String, k8s_openapi::api::core::v1::Pod>) -> bool,
+    mut check: impl FnMut(&std::collections::BTreeMap<String, k8s_openapi::api::core::v1::Pod>),
+    start: impl Future<Output = ()>,
+) {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    use kube::api::WatchEvent;
+    let pods: Api<Pod> = env.api();
+    let list = pods
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list pods");
+    let rv = list
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a resourceVersion");
+    let mut state: std::collections::BTreeMap<String, Pod> = list
+        .items
+        .into_iter()
+        .filter(|p| owned_by(p, uid) && p.metadata.deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let mut stream = watch_from(&pods, &rv).await;
+    start.await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !until(&state) {
+        let ev = tokio::time::timeout_at(deadline, stream.try_next())
+            .await
+            .expect("the Pods reached the expected state in time")
+            .expect("watch event")
+            .expect("watch open");
+        match ev {
+            WatchEvent::Added(p) | WatchEvent::Modified(p) if owned_by(&p, uid) => {
+                if p.metadata.deletion_timestamp.is_some() {
+                    state.remove(&p.name_any());
+                } else {
+                    state.insert(p.name_any(), p);
+                }
+            }
+            WatchEvent::Deleted(p) => {
+                state.remove(&p.name_any());
+            }
+            _ => continue,
+        }
+        check(&state);
+    }
+}

@@ -1,7 +1,7 @@
 //! Redis against the real control plane: admission, scaling, healing,
 //! rollouts, finalizer-ordered cleanup, crash recovery.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -12,7 +12,9 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::{Redis, RedisSpec};
 use serde_json::json;
 
-use crate::harness::{TestEnv, current_rv, wait_for, watch_from};
+use crate::harness::{
+    TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -26,19 +28,6 @@ async fn create(env: &TestEnv, name: &str, replicas: i32) -> Redis {
     api.create(&PostParams::default(), &redis(name, replicas))
         .await
         .unwrap()
-}
-
-fn owned_by(pod: &Pod, uid: &str) -> bool {
-    pod.owner_references()
-        .iter()
-        .any(|r| r.uid == uid && r.controller == Some(true))
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Pods owned by the Redis that are not terminating.
@@ -259,57 +248,34 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
     let uid = r.uid().unwrap();
 
     // Follow every Pod event during the rollout.
-    let pods: Api<Pod> = env.api();
-    let rv = current_rv(&pods).await;
-    let mut stream = watch_from(&pods, &rv).await;
-    let mut state: BTreeMap<String, Pod> = live_pods(&env, &uid)
-        .await
-        .into_iter()
-        .map(|p| (p.name_any(), p))
-        .collect();
-
     let api: Api<Redis> = env.api();
-    api.patch(
-        "roll",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
-    )
-    .await
-    .unwrap();
-
     let (mut max_live, mut min_ready) = (0usize, usize::MAX);
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let done = state.len() == 3
-            && state.values().all(|p| {
-                is_ready(p)
-                    && p.spec.as_ref().unwrap().containers[0].image.as_deref()
-                        == Some("redis:7.4.3")
-            });
-        if done {
-            break;
-        }
-        let ev = tokio::time::timeout_at(deadline, stream.try_next())
+    follow_owned_pods(
+        &env,
+        &uid,
+        |s| {
+            s.len() == 3
+                && s.values().all(|p| {
+                    is_ready(p)
+                        && p.spec.as_ref().unwrap().containers[0].image.as_deref()
+                            == Some("redis:7.4.3")
+                })
+        },
+        |s| {
+            max_live = max_live.max(s.len());
+            min_ready = min_ready.min(s.values().filter(|p| is_ready(p)).count());
+        },
+        async {
+            api.patch(
+                "roll",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
+            )
             .await
-            .expect("rollout finished in time")
-            .unwrap()
-            .expect("watch open");
-        match ev {
-            WatchEvent::Added(p) | WatchEvent::Modified(p) if owned_by(&p, &uid) => {
-                if p.metadata.deletion_timestamp.is_some() {
-                    state.remove(&p.name_any());
-                } else {
-                    state.insert(p.name_any(), p);
-                }
-            }
-            WatchEvent::Deleted(p) => {
-                state.remove(&p.name_any());
-            }
-            _ => continue,
-        }
-        max_live = max_live.max(state.len());
-        min_ready = min_ready.min(state.values().filter(|p| is_ready(p)).count());
-    }
+            .unwrap();
+        },
+    )
+    .await;
     assert!(
         max_live <= 4,
         "never more than replicas + 1 Pods, saw {max_live}"
