@@ -570,3 +570,31 @@ async fn a_redis_deleted_while_the_operator_is_down_is_cleaned_up_when_it_return
     );
     op.assert_running();
 }
+
+#[tokio::test]
+async fn failed_and_succeeded_pods_are_replaced() {
+    let env = TestEnv::new("redis-failed").await;
+    let mut op = env.start_operator();
+    create(&env, "fail", 2).await;
+    let (_, pods) = converged(&env, "fail", 2).await;
+    let api: Api<Pod> = env.api();
+    // What a kubelet would report for a crashed and an exited container.
+    for (pod, phase) in pods.iter().zip(["Failed", "Succeeded"]) {
+        api.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase, "conditions": [{"type": "Ready", "status": "False"}]}})),
+        )
+        .await
+        .unwrap();
+    }
+    let (_, replaced) = converged(&env, "fail", 2).await;
+    for old in &pods {
+        assert!(
+            replaced.iter().all(|p| p.name_any() != old.name_any()),
+            "{} was not replaced",
+            old.name_any()
+        );
+    }
+    op.assert_running();
+}
