@@ -52,7 +52,13 @@ pub struct BenchArgs {
     /// Replicas of each.
     #[arg(long, default_value_t = 3)]
     pub replicas: usize,
-    /// A small run (20 x 3), as a smoke test.
+    /// Pods deleted, one at a time, to time self-healing.
+    #[arg(long, default_value_t = 200)]
+    pub heal: usize,
+    /// Seconds of idle time over which the operator's requests are counted.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// A small run (20 x 3, 10 heals, 5 s idle), as a smoke test.
     #[arg(long)]
     pub quick: bool,
 }
@@ -106,4 +112,10 @@ pub struct RunArgs {
     /// Where /livez, /healthz and /readyz are served ("0" disables).
     #[arg(long, default_value = "0.0.0.0:8081")]
     pub health_probe_bind_address: String,
+    /// Reconciles running at once, per kind. Requests for objects waiting
+    /// their turn are merged, so under load one reconcile (and one status
+    /// write) covers many Pod changes, as with the ReplicaSet controller's
+    /// five workers.
+    #[arg(long, env = "PODKEEPER_CONCURRENT_RECONCILES", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_reconciles: u16,
 }

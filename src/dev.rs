@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use kube::Client;
 use tokio::io::AsyncReadExt;
 
 use crate::cli::DevArgs;
@@ -24,14 +23,14 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         args.local || args.cluster_only || args.kubeconfig.is_some() || !cluster_configured().await;
     let stop = stop_signal(args.exit_on_stdin_eof).shared();
     if !local {
-        let client = Client::try_default().await?;
+        let client = operator::client_from_env().await?;
         eprintln!("podkeeper: using the configured cluster; installing CRDs");
         operator::install_crds(&client).await?;
         return operator::run(client, args.operator, stop).await;
     }
 
     let cluster = tokio::select! {
-        c = LocalCluster::start(ClusterOptions { nodes: args.nodes, raise_qps_limits: args.raise_qps_limits }) => c?,
+        c = LocalCluster::start(ClusterOptions { nodes: args.nodes, raise_qps_limits: args.raise_qps_limits, audit_log: false }) => c?,
         _ = stop.clone() => return Ok(()),
     };
     serve(&args, cluster, stop).await

@@ -30,8 +30,25 @@ use crate::metrics::Metrics;
 /// `podkeeper run`: the usual kubeconfig resolution, stopped by SIGINT or
 /// SIGTERM.
 pub async fn run_from_env(args: RunArgs) -> Result<(), crate::Error> {
-    let client = Client::try_default().await?;
+    let client = client_from_env().await?;
     run(client, args, shutdown_signal()).await
+}
+
+/// What podkeeper sends as its User-Agent, so that its requests can be told
+/// apart in the apiserver's audit log.
+pub const USER_AGENT: &str = concat!("podkeeper/", env!("CARGO_PKG_VERSION"));
+
+/// A client from the usual kubeconfig resolution (KUBECONFIG,
+/// ~/.kube/config, in-cluster) that identifies itself as [`USER_AGENT`].
+pub async fn client_from_env() -> Result<Client, crate::Error> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| crate::Error::Config(e.to_string()))?;
+    config.headers.push((
+        ::http::header::USER_AGENT,
+        ::http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Ok(Client::try_from(config)?)
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -244,9 +261,12 @@ pub async fn run(
             readiness.set_synced();
         });
     }
+    let controller_config =
+        kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles);
     let redis = Controller::for_stream(redis_stream, redis_store)
         .reconcile_on(redis_rx)
         .reconcile_all_on(redis_relist_rx)
+        .with_config(controller_config.clone())
         .graceful_shutdown_on(stop.clone())
         .run(
             controller::redis::reconcile,
@@ -257,6 +277,7 @@ pub async fn run(
         .owns_stream(services)
         .reconcile_on(app_rx)
         .reconcile_all_on(app_relist_rx)
+        .with_config(controller_config)
         .graceful_shutdown_on(stop.clone())
         .run(
             controller::application::reconcile,

@@ -114,15 +114,41 @@ impl Executor {
         outcome: &mut Outcome,
     ) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let mut created = Vec::new();
+        self.create_batches(&api, owner, template, count, &mut created, outcome)
+            .await;
+        if !created.is_empty() {
+            self.event_in_background(
+                owner,
+                EventType::Normal,
+                "SuccessfulCreate",
+                "Create",
+                summary("Created", &created),
+            );
+        }
+    }
+
+    async fn create_batches(
+        &self,
+        api: &Api<Pod>,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+        count: usize,
+        created: &mut Vec<String>,
+        outcome: &mut Outcome,
+    ) {
         let mut batch = 1usize;
         let mut remaining = count;
         while remaining > 0 {
             let size = batch.min(remaining);
-            let results = join_all((0..size).map(|_| self.create_one(&api, owner, template))).await;
+            let results = join_all((0..size).map(|_| self.create_one(api, owner, template))).await;
             let mut failed = false;
             for r in results {
                 match r {
-                    Ok(()) => outcome.created += 1,
+                    Ok(name) => {
+                        outcome.created += 1;
+                        created.push(name);
+                    }
                     Err(f) => {
                         failed = true;
                         outcome.failure.get_or_insert(f);
@@ -146,7 +172,7 @@ impl Executor {
         api: &Api<Pod>,
         owner: &Owner,
         template: &PodTemplateSpec,
-    ) -> Result<(), Failure> {
+    ) -> Result<String, Failure> {
         let name = pod_name(&owner.name);
         let mut metadata = template.metadata.clone().unwrap_or_default();
         metadata.name = Some(name.clone());
@@ -162,14 +188,7 @@ impl Executor {
         match api.create(&PostParams::default(), &pod).await {
             Ok(_) => {
                 self.metrics.pods_created(self.controller);
-                self.event_in_background(
-                    owner,
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    "Create",
-                    format!("Created pod: {name}"),
-                );
-                Ok(())
+                Ok(name)
             }
             Err(e) => {
                 self.expectations.create_failed(&owner.key, &name);
@@ -195,14 +214,33 @@ impl Executor {
     async fn delete(&self, owner: &Owner, victims: &[Victim], outcome: &mut Outcome) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
         let results = join_all(victims.iter().map(|v| self.delete_one(&api, owner, v))).await;
-        for r in results {
+        let mut deleted = Vec::new();
+        for (r, victim) in results.into_iter().zip(victims) {
             match r {
-                Ok(true) => outcome.deleted += 1,
+                Ok(true) => {
+                    outcome.deleted += 1;
+                    let why = match victim.reason {
+                        DeleteReason::ScaleDown => "scale down",
+                        DeleteReason::Outdated => "outdated template",
+                        DeleteReason::Finished => "pod finished",
+                        DeleteReason::Cleanup => "owner deleted",
+                    };
+                    deleted.push(format!("{} ({why})", victim.name));
+                }
                 Ok(false) => {}
                 Err(f) => {
                     outcome.failure.get_or_insert(f);
                 }
             }
+        }
+        if !deleted.is_empty() {
+            self.event_in_background(
+                owner,
+                EventType::Normal,
+                "SuccessfulDelete",
+                "Delete",
+                summary("Deleted", &deleted),
+            );
         }
     }
 
@@ -225,19 +263,6 @@ impl Executor {
         match api.delete(&victim.name, &params).await {
             Ok(_) => {
                 self.metrics.pods_deleted(self.controller);
-                let why = match victim.reason {
-                    DeleteReason::ScaleDown => "scale down",
-                    DeleteReason::Outdated => "outdated template",
-                    DeleteReason::Finished => "pod finished",
-                    DeleteReason::Cleanup => "owner deleted",
-                };
-                self.event_in_background(
-                    owner,
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    "Delete",
-                    format!("Deleted pod: {} ({why})", victim.name),
-                );
                 Ok(true)
             }
             // Already gone, or replaced by another Pod of the same name:
@@ -311,10 +336,44 @@ impl Executor {
     }
 }
 
+/// One Event for every Pod a reconcile created or deleted: "Created pod: a"
+/// or "Created 3 pods: a, b, c" (at most ten names, so that the note stays
+/// well under the Event API's 1 kB limit).
+fn summary(verb: &str, names: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut text = match names {
+        [one] => format!("{verb} pod: {one}"),
+        _ => format!(
+            "{verb} {} pods: {}",
+            names.len(),
+            names[..names.len().min(SHOWN)].join(", ")
+        ),
+    };
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
 /// The API server's message for an API error, else the error itself.
 pub fn api_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => s.message.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+
+    #[test]
+    fn one_event_names_the_pods_of_a_reconcile() {
+        let names: Vec<String> = (0..12).map(|i| format!("r-{i}")).collect();
+        assert_eq!(summary("Created", &names[..1]), "Created pod: r-0");
+        assert_eq!(summary("Deleted", &names[..2]), "Deleted 2 pods: r-0, r-1");
+        let long = summary("Created", &names);
+        assert!(long.starts_with("Created 12 pods: r-0, "), "{long}");
+        assert!(long.ends_with("r-9 and 2 more"), "{long}");
     }
 }

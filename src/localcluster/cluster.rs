@@ -29,6 +29,10 @@ pub struct ClusterOptions {
     /// Raise the client QPS limits of the controller-manager and scheduler
     /// and remove the apiserver's in-flight limits (for benchmarks).
     pub raise_qps_limits: bool,
+    /// Write an audit log of every request at Metadata level (for
+    /// benchmarks that count requests by user agent); see
+    /// [`LocalCluster::audit_log_path`].
+    pub audit_log: bool,
 }
 
 impl Default for ClusterOptions {
@@ -36,12 +40,15 @@ impl Default for ClusterOptions {
         Self {
             nodes: 3,
             raise_qps_limits: false,
+            audit_log: false,
         }
     }
 }
 
 struct Component {
     name: &'static str,
+    binary: PathBuf,
+    args: Vec<String>,
     child: Child,
     log: PathBuf,
 }
@@ -54,10 +61,32 @@ pub struct LocalCluster {
     kubeconfig: Kubeconfig,
     kubeconfig_path: PathBuf,
     apiserver_url: String,
+    operator_kubeconfig: Kubeconfig,
+    options: ClusterOptions,
+    pki: Pki,
     state: Option<tempfile::TempDir>,
 }
 
 const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+/// The requests of the two controllers a benchmark compares, once each when
+/// the response starts (watches) or completes, without bodies; nothing of
+/// the rest (scheduler, kwok, the benchmark's driver), whose volume would
+/// only slow the apiserver down.
+fn audit_policy() -> String {
+    format!(
+        "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [{:?}, {:?}]
+- level: None
+",
+        pki::OPERATOR_USER,
+        pki::CONTROLLER_MANAGER_USER
+    )
+}
 
 impl LocalCluster {
     /// Builds what is missing, starts every component and waits until the
@@ -76,12 +105,27 @@ impl LocalCluster {
             .map_err(|e| Error::io("creating the cluster state directory".into(), e))?;
         let dir = state.path().to_path_buf();
         let pki = pki::generate(&dir)?;
+        if options.audit_log {
+            std::fs::write(dir.join("audit-policy.yaml"), audit_policy())
+                .map_err(|e| Error::io("writing the audit policy".into(), e))?;
+        }
 
         let etcd_client = free_port()?;
         let etcd_peer = free_port()?;
         let apiserver_port = free_port()?;
         let apiserver_url = format!("https://127.0.0.1:{apiserver_port}");
-        let kubeconfig = admin_kubeconfig(&pki, &apiserver_url)?;
+        let kubeconfig = client_kubeconfig(
+            &pki.ca_cert,
+            &pki.admin_cert,
+            &pki.admin_key,
+            &apiserver_url,
+        )?;
+        let operator_kubeconfig = client_kubeconfig(
+            &pki.ca_cert,
+            &pki.operator_cert,
+            &pki.operator_key,
+            &apiserver_url,
+        )?;
         let kubeconfig_path = dir.join("kubeconfig");
         write_kubeconfig(&kubeconfig, &kubeconfig_path)?;
 
@@ -90,6 +134,9 @@ impl LocalCluster {
             kubeconfig,
             kubeconfig_path,
             apiserver_url,
+            operator_kubeconfig,
+            options: options.clone(),
+            pki: pki.clone(),
             state: Some(state),
         };
 
@@ -110,10 +157,24 @@ impl LocalCluster {
         cluster.wait_apiserver_ready(&client).await?;
 
         let kc = cluster.kubeconfig_path.display().to_string();
+        let kcm_kubeconfig = dir.join("controller-manager.kubeconfig");
+        write_kubeconfig(
+            &client_kubeconfig(
+                &pki.ca_cert,
+                &pki.controller_manager_cert,
+                &pki.controller_manager_key,
+                &cluster.apiserver_url,
+            )?,
+            &kcm_kubeconfig,
+        )?;
         cluster.spawn(
             "kube-controller-manager",
             &binaries.kube_controller_manager,
-            controller_manager_args(&kc, &pki, &options),
+            controller_manager_args(
+                &kcm_kubeconfig.display().to_string(),
+                &pki,
+                options.raise_qps_limits,
+            ),
         )?;
         cluster.spawn(
             "kube-scheduler",
@@ -154,6 +215,66 @@ impl LocalCluster {
     /// The apiserver's URL.
     pub fn apiserver_url(&self) -> &str {
         &self.apiserver_url
+    }
+
+    /// A second client identity, `podkeeper-operator` in `system:masters`,
+    /// so that an operator's requests can be told apart from a driver's.
+    pub fn operator_kubeconfig(&self) -> &Kubeconfig {
+        &self.operator_kubeconfig
+    }
+
+    /// The apiserver's audit log (JSON lines), when
+    /// [`ClusterOptions::audit_log`] is on.
+    pub fn audit_log_path(&self) -> Option<PathBuf> {
+        let dir = self.state.as_ref()?.path();
+        self.options.audit_log.then(|| dir.join("audit.log"))
+    }
+
+    /// Stops kube-apiserver and starts it again on the same port with the
+    /// same flags; etcd and its data are untouched. Returns once it is
+    /// ready again.
+    pub async fn restart_apiserver(&mut self) -> Result<(), Error> {
+        self.restart("kube-apiserver", None).await?;
+        let client = self.client().await?;
+        self.wait_apiserver_ready(&client).await
+    }
+
+    /// Restarts kube-controller-manager with its client QPS limits raised
+    /// (5000/10000) or at the defaults.
+    pub async fn set_controller_manager_qps(&mut self, raised: bool) -> Result<(), Error> {
+        let dir = self
+            .state
+            .as_ref()
+            .map(|s| s.path().to_path_buf())
+            .unwrap_or_default();
+        let kc = dir
+            .join("controller-manager.kubeconfig")
+            .display()
+            .to_string();
+        let args = controller_manager_args(&kc, &self.pki, raised);
+        self.restart("kube-controller-manager", Some(args)).await
+    }
+
+    /// Kills one component, waits for it to exit and starts it again, with
+    /// new flags if given.
+    async fn restart(&mut self, name: &str, args: Option<Vec<String>>) -> Result<(), Error> {
+        let index = self
+            .components
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| Error::Startup {
+                component: name.into(),
+                detail: "no such component".into(),
+            })?;
+        let mut old = self.components.remove(index);
+        let _ = old.child.start_kill();
+        let _ = old.child.wait().await;
+        let args = args.unwrap_or(old.args);
+        self.spawn(old.name, &old.binary, args)?;
+        // Keep the start order, which shutdown reverses.
+        let restarted = self.components.pop().expect("just spawned");
+        self.components.insert(index, restarted);
+        Ok(())
     }
 
     /// An admin client for this cluster.
@@ -205,7 +326,10 @@ impl LocalCluster {
             .map(|s| s.path().to_path_buf())
             .unwrap_or_default();
         let log = dir.join(format!("{name}.log"));
-        let log_file = std::fs::File::create(&log)
+        let log_file = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
             .map_err(|e| Error::io(format!("creating {}", log.display()), e))?;
         let log_err = log_file
             .try_clone()
@@ -228,7 +352,13 @@ impl LocalCluster {
             component: name.into(),
             detail: format!("{}: {e}", binary.display()),
         })?;
-        self.components.push(Component { name, child, log });
+        self.components.push(Component {
+            name,
+            binary: binary.to_path_buf(),
+            args,
+            child,
+            log,
+        });
         Ok(())
     }
 
@@ -433,6 +563,20 @@ fn apiserver_args(
         "--profiling=false".into(),
         "--v=1".into(),
     ];
+    if options.audit_log {
+        args.push(format!(
+            "--audit-policy-file={}",
+            dir.join("audit-policy.yaml").display()
+        ));
+        args.push(format!(
+            "--audit-log-path={}",
+            dir.join("audit.log").display()
+        ));
+        args.push("--audit-log-format=json".into());
+        // Buffered, so that requests do not wait on the log file.
+        args.push("--audit-log-mode=batch".into());
+        args.push("--audit-log-maxsize=0".into());
+    }
     if options.raise_qps_limits {
         args.push("--max-requests-inflight=0".into());
         args.push("--max-mutating-requests-inflight=0".into());
@@ -441,7 +585,7 @@ fn apiserver_args(
     args
 }
 
-fn controller_manager_args(kubeconfig: &str, pki: &Pki, options: &ClusterOptions) -> Vec<String> {
+fn controller_manager_args(kubeconfig: &str, pki: &Pki, raise_qps_limits: bool) -> Vec<String> {
     let mut args = vec![
         format!("--kubeconfig={kubeconfig}"),
         "--leader-elect=false".into(),
@@ -456,7 +600,7 @@ fn controller_manager_args(kubeconfig: &str, pki: &Pki, options: &ClusterOptions
         "--controllers=*".into(),
         "--v=1".into(),
     ];
-    if options.raise_qps_limits {
+    if raise_qps_limits {
         args.push("--kube-api-qps=5000".into());
         args.push("--kube-api-burst=10000".into());
     }
@@ -491,7 +635,12 @@ fn kwok_args(kubeconfig: &str, stages: &Path) -> Vec<String> {
     ]
 }
 
-fn admin_kubeconfig(pki: &Pki, server: &str) -> Result<Kubeconfig, Error> {
+fn client_kubeconfig(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+    server: &str,
+) -> Result<Kubeconfig, Error> {
     let b64 = |path: &Path| -> Result<String, Error> {
         let bytes =
             std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
@@ -518,9 +667,9 @@ contexts:
     namespace: default
 current-context: podkeeper-local
 "#,
-        ca = b64(&pki.ca_cert)?,
-        cert = b64(&pki.admin_cert)?,
-        key = b64(&pki.admin_key)?,
+        ca = b64(ca)?,
+        cert = b64(cert)?,
+        key = b64(key)?,
     );
     Kubeconfig::from_yaml(&yaml).map_err(|e| Error::Startup {
         component: "kubeconfig".into(),

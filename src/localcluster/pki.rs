@@ -1,6 +1,8 @@
 //! Certificates and keys for a throwaway local cluster: one CA, the
 //! apiserver's serving certificate, an admin client certificate in
-//! `system:masters`, and the service-account signing key.
+//! `system:masters`, one each for an operator under test and for
+//! kube-controller-manager (so that their requests can be told apart in the
+//! audit log), and the service-account signing key.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +13,11 @@ use rcgen::{
 
 use super::Error;
 
+/// The user of the second client identity, for an operator under test.
+pub const OPERATOR_USER: &str = "podkeeper-operator";
+/// kube-controller-manager's user.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+
 /// Paths of the PEM files written by [`generate`].
 #[derive(Clone, Debug)]
 pub struct Pki {
@@ -19,6 +26,10 @@ pub struct Pki {
     pub serving_key: PathBuf,
     pub admin_cert: PathBuf,
     pub admin_key: PathBuf,
+    pub operator_cert: PathBuf,
+    pub operator_key: PathBuf,
+    pub controller_manager_cert: PathBuf,
+    pub controller_manager_key: PathBuf,
     pub service_account_key: PathBuf,
     pub service_account_pub: PathBuf,
 }
@@ -70,11 +81,18 @@ pub fn generate(dir: &Path) -> Result<Pki, Error> {
         .signed_by(&serving_key, &issuer)
         .map_err(pki_error)?;
 
-    let admin_key = KeyPair::generate().map_err(pki_error)?;
-    let mut admin = CertificateParams::new(Vec::<String>::new()).map_err(pki_error)?;
-    admin.distinguished_name = name("podkeeper-admin", Some("system:masters"));
-    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let admin_cert = admin.signed_by(&admin_key, &issuer).map_err(pki_error)?;
+    let client = |user: &str| -> Result<(String, String), Error> {
+        let key = KeyPair::generate().map_err(pki_error)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(pki_error)?;
+        params.distinguished_name = name(user, Some("system:masters"));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer).map_err(pki_error)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let (admin_cert, admin_key) = client("podkeeper-admin")?;
+
+    let (operator_cert, operator_key) = client(OPERATOR_USER)?;
+    let (kcm_cert, kcm_key) = client(CONTROLLER_MANAGER_USER)?;
 
     let sa_key = KeyPair::generate().map_err(pki_error)?;
 
@@ -84,6 +102,10 @@ pub fn generate(dir: &Path) -> Result<Pki, Error> {
         serving_key: dir.join("apiserver.key"),
         admin_cert: dir.join("admin.crt"),
         admin_key: dir.join("admin.key"),
+        operator_cert: dir.join("operator.crt"),
+        operator_key: dir.join("operator.key"),
+        controller_manager_cert: dir.join("controller-manager.crt"),
+        controller_manager_key: dir.join("controller-manager.key"),
         service_account_key: dir.join("sa.key"),
         service_account_pub: dir.join("sa.pub"),
     };
@@ -91,8 +113,12 @@ pub fn generate(dir: &Path) -> Result<Pki, Error> {
         (&pki.ca_cert, ca_cert.pem()),
         (&pki.serving_cert, serving_cert.pem()),
         (&pki.serving_key, serving_key.serialize_pem()),
-        (&pki.admin_cert, admin_cert.pem()),
-        (&pki.admin_key, admin_key.serialize_pem()),
+        (&pki.admin_cert, admin_cert),
+        (&pki.admin_key, admin_key),
+        (&pki.operator_cert, operator_cert),
+        (&pki.operator_key, operator_key),
+        (&pki.controller_manager_cert, kcm_cert),
+        (&pki.controller_manager_key, kcm_key),
         (&pki.service_account_key, sa_key.serialize_pem()),
         (&pki.service_account_pub, sa_key.public_key_pem()),
     ];

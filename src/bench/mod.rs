@@ -1,0 +1,697 @@
+//! `podkeeper bench`: podkeeper side by side with kube-controller-manager's
+//! ReplicaSet controller and with the apiserver's own ceiling, in one run on
+//! the local control plane (kwok nodes, apiserver in-flight limits off,
+//! controller-manager and scheduler at 5000 QPS).
+//!
+//! The operator runs as its own process (the same binary, `podkeeper run`,
+//! with leader election on, as deployed) so that its CPU and memory are its
+//! own, and with its own client identity and User-Agent so that the
+//! apiserver's audit log tells its requests apart.
+//!
+//! Each contender gets a clean cluster in turn and goes through its whole
+//! life: converge N×R Pods, heal K deleted Pods one at a time, (podkeeper
+//! only) sit idle, scale down to one replica, and delete everything. Then
+//! the ceiling (the same Pods created directly) and the ReplicaSet
+//! controller once more at its default QPS.
+
+mod clock;
+pub mod measure;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use self::clock::{Clock, State, controller_uid};
+use self::measure::{ProcSample, count_requests, is_write};
+use self::report::{Convergence, Healing, Idle, Phases, Teardown};
+pub use self::report::{Markdown, Report};
+use crate::cli::BenchArgs;
+use crate::crd::Redis;
+use crate::localcluster::{ClusterOptions, LocalCluster, versions};
+
+/// Requests in flight when the driver creates, scales or deletes objects.
+const CONCURRENCY: usize = 64;
+/// How long any one wait may take before the run fails.
+const TIMEOUT: Duration = Duration::from_secs(1800);
+const PODKEEPER_AGENT: &str = crate::operator::USER_AGENT;
+const REPLICASET_AGENT: &str = "replicaset-controller";
+
+fn other(e: impl std::fmt::Display) -> crate::Error {
+    crate::Error::Other(e.to_string())
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_bound(p: &Pod) -> bool {
+    p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+}
+
+fn never(_: &impl Resource) -> bool {
+    false
+}
+
+/// Status of a Redis shows `replicas` Pods, all ready, for its generation.
+fn redis_settled(r: &Redis, replicas: usize) -> bool {
+    r.status.as_ref().is_some_and(|s| {
+        s.replicas == replicas as i32
+            && s.ready_replicas == replicas as i32
+            && s.observed_generation == r.metadata.generation
+    })
+}
+
+fn replicaset_settled(r: &ReplicaSet, replicas: usize) -> bool {
+    r.status.as_ref().is_some_and(|s| {
+        s.replicas == replicas as i32
+            && s.ready_replicas == Some(replicas as i32)
+            && s.observed_generation == r.metadata.generation
+    })
+}
+
+/// The operator under test, as a child process.
+struct OperatorProcess {
+    child: tokio::process::Child,
+    pid: u32,
+    log: PathBuf,
+    _kubeconfig: tempfile::NamedTempFile,
+}
+
+impl OperatorProcess {
+    fn start(cluster: &LocalCluster, log: &Path) -> Result<Self, crate::Error> {
+        let kubeconfig = tempfile::NamedTempFile::new().map_err(other)?;
+        let yaml = serde_yaml_ng::to_string(cluster.operator_kubeconfig()).map_err(other)?;
+        std::fs::write(kubeconfig.path(), yaml).map_err(other)?;
+        let out = std::fs::File::create(log).map_err(other)?;
+        let err = out.try_clone().map_err(other)?;
+        let exe = std::env::current_exe().map_err(other)?;
+        let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+            let mut c = tokio::process::Command::new("/usr/bin/setpriv");
+            c.args(["--pdeathsig", "KILL", "--"]).arg(exe);
+            c
+        } else {
+            tokio::process::Command::new(exe)
+        };
+        let child = cmd
+            .args([
+                "run",
+                "--leader-elect",
+                "--leader-election-namespace",
+                "podkeeper-system",
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+            ])
+            .env("KUBECONFIG", kubeconfig.path())
+            .env_remove("WATCH_NAMESPACE")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(other)?;
+        // With setpriv, setpriv execs the operator: same pid.
+        let pid = child.id().ok_or_else(|| other("operator exited at once"))?;
+        Ok(OperatorProcess {
+            child,
+            pid,
+            log: log.to_path_buf(),
+            _kubeconfig: kubeconfig,
+        })
+    }
+
+    fn sample(&mut self, ticks: f64) -> Result<ProcSample, crate::Error> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            return Err(other(format!(
+                "the operator exited ({status}) during the benchmark:\n{log}"
+            )));
+        }
+        measure::proc_sample(self.pid, ticks).ok_or_else(|| other("reading /proc of the operator"))
+    }
+}
+
+/// Everything a stage needs.
+struct Bench {
+    client: Client,
+    pods: Clock<Pod>,
+    redis: Clock<Redis>,
+    replicasets: Clock<ReplicaSet>,
+    audit: PathBuf,
+    objects: usize,
+    replicas: usize,
+}
+
+/// What an owner kind (Redis, ReplicaSet) must be for the stages.
+trait Owner:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Owner for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// How each contender's owner objects are made and judged.
+struct Contender<K> {
+    name: &'static str,
+    namespace: &'static str,
+    agent: &'static str,
+    make: fn(usize, usize) -> serde_json::Value,
+    settled: fn(&K, usize) -> bool,
+    delete: DeleteParams,
+}
+
+fn redis_contender() -> Contender<Redis> {
+    Contender {
+        name: "podkeeper (Redis)",
+        namespace: "bench-podkeeper",
+        agent: PODKEEPER_AGENT,
+        make: |i, r| {
+            json!({
+                "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+                "metadata": {"name": format!("r{i}")}, "spec": {"replicas": r}
+            })
+        },
+        settled: redis_settled,
+        delete: DeleteParams::default(),
+    }
+}
+
+fn replicaset_contender(namespace: &'static str, name: &'static str) -> Contender<ReplicaSet> {
+    Contender {
+        name,
+        namespace,
+        agent: REPLICASET_AGENT,
+        make: |i, r| {
+            json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": format!("r{i}")},
+                "spec": {
+                    "replicas": r,
+                    "selector": {"matchLabels": {"bench": format!("r{i}")}},
+                    "template": {"metadata": {"labels": {"bench": format!("r{i}")}},
+                                 "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}}
+                }
+            })
+        },
+        settled: replicaset_settled,
+        // Foreground: the ReplicaSet stays until its Pods are gone, the
+        // guarantee podkeeper's finalizer gives.
+        delete: DeleteParams::foreground(),
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) -> Result<(), crate::Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+/// Runs `request(i)` for every i in 0..count, `CONCURRENCY` in flight.
+async fn for_all<F, Fut>(count: usize, request: F) -> Result<(), crate::Error>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), crate::Error>>,
+{
+    stream::iter(0..count)
+        .map(request)
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Seconds from `start` until `count` Pods in `ns` exist, and until they are
+/// all Ready, as the watch saw them.
+async fn pods_converged(
+    pods: &Clock<Pod>,
+    ns: &str,
+    count: usize,
+    start: Instant,
+) -> Result<(f64, f64, Phases), crate::Error> {
+    let since = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+    let exist = pods
+        .until(&format!("{count} Pods in {ns}"), TIMEOUT, |st| {
+            let active: Vec<_> = st.active(ns).collect();
+            (active.len() >= count).then(|| active.iter().map(|e| e.seen).max().unwrap_or(start))
+        })
+        .await?;
+    let ready = pods
+        .until(&format!("{count} Ready Pods in {ns}"), TIMEOUT, |st| {
+            let ready: Vec<Instant> = st.active(ns).filter_map(|e| e.ready_at).collect();
+            (ready.len() >= count).then(|| ready.iter().copied().max().unwrap_or(start))
+        })
+        .await?;
+    let phases = pods.with(|st| {
+        let (mut bind, mut start_up) = (Vec::new(), Vec::new());
+        for e in st.active(ns) {
+            if let (Some(placed), Some(ready)) = (e.placed_at, e.ready_at) {
+                bind.push(placed.saturating_duration_since(e.seen).as_secs_f64());
+                start_up.push(ready.saturating_duration_since(placed).as_secs_f64());
+            }
+        }
+        Phases {
+            created_to_bound: measure::percentiles(&bind),
+            bound_to_ready: measure::percentiles(&start_up),
+        }
+    });
+    Ok((since(exist), since(ready), phases))
+}
+
+/// Waits until `ns` holds exactly `count` owners, all `settled`.
+async fn owners_settled<K: Owner>(
+    owners: &Clock<K>,
+    ns: &str,
+    count: usize,
+    settled: impl Fn(&K) -> bool,
+) -> Result<Instant, crate::Error> {
+    owners
+        .until(
+            &format!("{count} settled owners in {ns}"),
+            TIMEOUT,
+            |st: &State<K>| {
+                let all: Vec<_> = st.in_namespace(ns).collect();
+                (all.len() == count && all.iter().all(|e| settled(&e.object))).then(Instant::now)
+            },
+        )
+        .await
+}
+
+impl Bench {
+    fn audit_count(&self, mark: u64, agent: &str) -> std::collections::BTreeMap<String, u64> {
+        count_requests(&measure::audit_since(&self.audit, mark), agent)
+    }
+
+    async fn converge<K>(
+        &self,
+        owners: &Clock<K>,
+        c: &Contender<K>,
+    ) -> Result<Convergence, crate::Error>
+    where
+        K: Owner,
+    {
+        let (n, r) = (self.objects, self.replicas);
+        eprintln!("podkeeper bench: {}: converging {n} x {r}", c.name);
+        let api: Api<K> = Api::namespaced(self.client.clone(), c.namespace);
+        let mark = measure::audit_mark(&self.audit);
+        let start = Instant::now();
+        for_all(n, |i| {
+            let api = api.clone();
+            let object = serde_json::from_value::<K>((c.make)(i, r));
+            async move {
+                api.create(&PostParams::default(), &object?).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let (exist, ready, phases) = pods_converged(&self.pods, c.namespace, n * r, start).await?;
+        let status = owners_settled(owners, c.namespace, n, |o| (c.settled)(o, r)).await?;
+        Ok(Convergence {
+            name: c.name.into(),
+            pods: n * r,
+            all_exist_s: exist,
+            all_ready_s: ready,
+            status_ready_s: Some(status.duration_since(start).as_secs_f64()),
+            requests: self.audit_count(mark, c.agent),
+            phases,
+        })
+    }
+
+    /// Deletes `samples` Pods of `ns`, one at a time, each once the previous
+    /// replacement is Ready.
+    async fn heal(&self, name: &str, ns: &str, samples: usize) -> Result<Healing, crate::Error> {
+        eprintln!("podkeeper bench: {name}: healing {samples} deleted Pods, one at a time");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let (mut exists, mut ready) = (Vec::new(), Vec::new());
+        for i in 0..samples {
+            if i > 0 && i % 50 == 0 {
+                eprintln!("podkeeper bench: {name}: {i}/{samples}");
+            }
+            let (victim, owner, before) = self.pods.with(|st| {
+                let active: Vec<_> = st.active(ns).collect();
+                let victim = &active[rand::random_range(0..active.len())].object;
+                let before: std::collections::HashSet<String> =
+                    active.iter().filter_map(|e| e.object.uid()).collect();
+                (victim.name_any(), controller_uid(victim), before)
+            });
+            api.delete(&victim, &DeleteParams::default()).await?;
+            let t0 = Instant::now();
+            let (seen, ready_at) = self
+                .pods
+                .until(&format!("a replacement for {ns}/{victim}"), TIMEOUT, |st| {
+                    st.active(ns)
+                        .find(|e| {
+                            controller_uid(&e.object) == owner
+                                && !e.object.uid().is_some_and(|u| before.contains(&u))
+                        })
+                        .and_then(|e| e.ready_at.map(|r| (e.seen, r)))
+                })
+                .await?;
+            exists.push(seen.saturating_duration_since(t0).as_secs_f64());
+            ready.push(ready_at.saturating_duration_since(t0).as_secs_f64());
+        }
+        Ok(Healing {
+            name: name.into(),
+            samples,
+            exists: measure::percentiles(&exists),
+            ready: measure::percentiles(&ready),
+        })
+    }
+
+    /// Scales every owner down to one replica, then deletes them all, and
+    /// checks the order of deletions.
+    async fn teardown<K>(
+        &self,
+        owners: &Clock<K>,
+        c: &Contender<K>,
+    ) -> Result<Teardown, crate::Error>
+    where
+        K: Owner,
+    {
+        let n = self.objects;
+        eprintln!(
+            "podkeeper bench: {}: scaling {n} down to 1, then deleting",
+            c.name
+        );
+        let api: Api<K> = Api::namespaced(self.client.clone(), c.namespace);
+        let start = Instant::now();
+        for_all(n, |i| {
+            let api = api.clone();
+            async move {
+                let patch = json!({"spec": {"replicas": 1}});
+                api.patch(
+                    &format!("r{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let ns = c.namespace;
+        self.pods
+            .until(&format!("{n} Pods left in {ns}"), TIMEOUT, |st| {
+                (st.in_namespace(ns).count() == n).then_some(())
+            })
+            .await?;
+        owners_settled(owners, ns, n, |o| (c.settled)(o, 1)).await?;
+        let scale_down_s = start.elapsed().as_secs_f64();
+
+        let start = Instant::now();
+        for_all(n, |i| {
+            let api = api.clone();
+            async move {
+                api.delete(&format!("r{i}"), &c.delete).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        owners
+            .until(&format!("every owner gone from {ns}"), TIMEOUT, |st| {
+                (st.in_namespace(ns).count() == 0).then_some(())
+            })
+            .await?;
+        self.pods
+            .until(&format!("every Pod gone from {ns}"), TIMEOUT, |st| {
+                (st.in_namespace(ns).count() == 0).then_some(())
+            })
+            .await?;
+        let delete_s = start.elapsed().as_secs_f64();
+        let gone_owners: Vec<_> = owners.with(|st| {
+            st.gone
+                .iter()
+                .filter(|g| g.namespace == ns)
+                .cloned()
+                .collect()
+        });
+        let gone_pods: Vec<_> = self.pods.with(|st| {
+            st.gone
+                .iter()
+                .filter(|g| g.namespace == ns)
+                .cloned()
+                .collect()
+        });
+        let (order_checked, order_violations) = measure::deletion_order(&gone_owners, &gone_pods);
+        Ok(Teardown {
+            name: c.name.into(),
+            scale_down_s,
+            delete_s,
+            order_checked,
+            order_violations,
+        })
+    }
+
+    /// The same Pods created directly, then deleted with one request.
+    async fn ceiling(&self) -> Result<Convergence, crate::Error> {
+        let ns = "bench-ceiling";
+        let total = self.objects * self.replicas;
+        eprintln!("podkeeper bench: ceiling: creating {total} Pods directly");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let start = Instant::now();
+        for_all(total, |i| {
+            let api = api.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")},
+                    "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}
+                }))?;
+                api.create(&PostParams::default(), &pod).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let (exist, ready, phases) = pods_converged(&self.pods, ns, total, start).await?;
+        api.delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        self.pods
+            .until(&format!("every Pod gone from {ns}"), TIMEOUT, |st| {
+                (st.in_namespace(ns).count() == 0).then_some(())
+            })
+            .await?;
+        Ok(Convergence {
+            name: format!("ceiling (direct creates, {CONCURRENCY} in flight)"),
+            pods: total,
+            all_exist_s: exist,
+            all_ready_s: ready,
+            status_ready_s: None,
+            requests: Default::default(),
+            phases,
+        })
+    }
+}
+
+/// Runs the benchmark, prints the Markdown report and writes
+/// `target/bench/report.json`.
+pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
+    let (objects, replicas, heal, idle) = if args.quick {
+        (20, 3, 10, 5)
+    } else {
+        (args.objects, args.replicas, args.heal, args.idle_seconds)
+    };
+    let out_dir = Path::new("target/bench");
+    std::fs::create_dir_all(out_dir).map_err(other)?;
+    eprintln!(
+        "podkeeper bench: starting the local control plane (QPS limits raised, audit log on)"
+    );
+    let mut cluster = LocalCluster::start(ClusterOptions {
+        nodes: 3,
+        raise_qps_limits: true,
+        audit_log: true,
+    })
+    .await?;
+    let client = cluster.client().await?;
+    crate::operator::install_crds(&client).await?;
+    for ns in [
+        "podkeeper-system",
+        "bench-warmup",
+        "bench-podkeeper",
+        "bench-replicaset",
+        "bench-replicaset-default",
+        "bench-ceiling",
+    ] {
+        create_namespace(&client, ns).await?;
+    }
+    let b = Bench {
+        pods: Clock::start(Api::all(client.clone()), pod_bound, pod_ready).await?,
+        redis: Clock::start(Api::all(client.clone()), never, never).await?,
+        replicasets: Clock::start(Api::all(client.clone()), never, never).await?,
+        audit: cluster
+            .audit_log_path()
+            .ok_or_else(|| other("the audit log is off"))?,
+        client,
+        objects,
+        replicas,
+    };
+    let ticks = measure::clock_ticks();
+    let mut operator = OperatorProcess::start(&cluster, &out_dir.join("operator.log"))?;
+    let mut report = Report {
+        objects,
+        replicas,
+        kubernetes: versions::KUBERNETES.into(),
+        etcd: versions::ETCD.into(),
+        kwok: versions::KWOK.into(),
+        ..Default::default()
+    };
+
+    // Warm: the operator holds the Lease and has converged one Redis, and
+    // the controller-manager one ReplicaSet, before any clock starts.
+    warm_up(&b, &redis_contender(), &b.redis, "warm-redis").await?;
+    warm_up(&b, &replicaset_contender("", ""), &b.replicasets, "warm-rs").await?;
+
+    // podkeeper: converge, heal, idle, tear down.
+    let redis = redis_contender();
+    let before = operator.sample(ticks)?;
+    measure::reset_peak(operator.pid);
+    report.convergence.push(b.converge(&b.redis, &redis).await?);
+    let after = operator.sample(ticks)?;
+    report.operator.convergence_cpu_s = after.cpu_s - before.cpu_s;
+    report.operator.convergence_peak_rss_mib = after.peak_rss_mib;
+    report
+        .healing
+        .push(b.heal(redis.name, redis.namespace, heal).await?);
+
+    // Quiet first: every status has caught up with the last heal.
+    owners_settled(&b.redis, redis.namespace, objects, |o| {
+        redis_settled(o, replicas)
+    })
+    .await?;
+    eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
+    let mark = measure::audit_mark(&b.audit);
+    let before = operator.sample(ticks)?;
+    tokio::time::sleep(Duration::from_secs(idle)).await;
+    let after = operator.sample(ticks)?;
+    let requests = b.audit_count(mark, PODKEEPER_AGENT);
+    report.idle = Idle {
+        window_s: idle as f64,
+        object_writes: requests
+            .iter()
+            .filter(|(k, _)| is_write(k) && !k.ends_with(" leases"))
+            .map(|(_, v)| v)
+            .sum(),
+        lease_writes: requests
+            .iter()
+            .filter(|(k, _)| is_write(k) && k.ends_with(" leases"))
+            .map(|(_, v)| v)
+            .sum(),
+        requests,
+    };
+    report.operator.idle_cpu_s = after.cpu_s - before.cpu_s;
+    report.operator.idle_rss_mib = after.rss_mib;
+    report.teardown.push(b.teardown(&b.redis, &redis).await?);
+    operator.sample(ticks)?;
+
+    // kube-controller-manager with its QPS raised: the same life.
+    let rs = replicaset_contender("bench-replicaset", "kube-controller-manager (ReplicaSet)");
+    report
+        .convergence
+        .push(b.converge(&b.replicasets, &rs).await?);
+    report
+        .healing
+        .push(b.heal(rs.name, rs.namespace, heal).await?);
+    report.teardown.push(b.teardown(&b.replicasets, &rs).await?);
+
+    // The ceiling.
+    report.convergence.push(b.ceiling().await?);
+
+    // kube-controller-manager at its default QPS (20, burst 30).
+    eprintln!("podkeeper bench: restarting kube-controller-manager at its default QPS");
+    cluster.set_controller_manager_qps(false).await?;
+    warm_up(
+        &b,
+        &replicaset_contender("", ""),
+        &b.replicasets,
+        "warm-rs-default",
+    )
+    .await?;
+    let slow = replicaset_contender(
+        "bench-replicaset-default",
+        "kube-controller-manager (ReplicaSet), default QPS",
+    );
+    report
+        .convergence
+        .push(b.converge(&b.replicasets, &slow).await?);
+
+    if std::env::var_os("PODKEEPER_BENCH_KEEP_AUDIT").is_some() {
+        let _ = std::fs::copy(&b.audit, out_dir.join("audit.log"));
+    }
+    drop(operator);
+    drop(b);
+    cluster.shutdown().await;
+    println!("{}", Markdown(&report));
+    let json = serde_json::to_string_pretty(&report)?;
+    std::fs::write(out_dir.join("report.json"), json).map_err(other)?;
+    eprintln!(
+        "podkeeper bench: wrote {}",
+        out_dir.join("report.json").display()
+    );
+    Ok(report)
+}
+
+/// One owner with one replica in `bench-warmup`, converged.
+async fn warm_up<K>(
+    b: &Bench,
+    c: &Contender<K>,
+    owners: &Clock<K>,
+    name: &str,
+) -> Result<(), crate::Error>
+where
+    K: Owner,
+{
+    let ns = "bench-warmup";
+    let api: Api<K> = Api::namespaced(b.client.clone(), ns);
+    // Named (and, for ReplicaSets, labelled) `name` instead of "r0".
+    let object = (c.make)(0, 1)
+        .to_string()
+        .replace("\"r0\"", &format!("{name:?}"));
+    api.create(&PostParams::default(), &serde_json::from_str(&object)?)
+        .await?;
+    owners
+        .until(
+            &format!("{ns}/{name} to converge"),
+            Duration::from_secs(120),
+            |st| {
+                st.in_namespace(ns)
+                    .any(|e| e.object.name_any() == name && (c.settled)(&e.object, 1))
+                    .then_some(())
+            },
+        )
+        .await
+}
