@@ -59,3 +59,7 @@ e2e target="kind":
 # Benchmarks (release build): see BENCHMARKS.md.
 bench *ARGS:
     cargo run --release -- bench {{ARGS}}
+
+# Reliability soak: the chaos tests for SECONDS each (default 600); SEED replays a printed seed.
+soak seconds="600" seed="":
+    PODKEEPER_CHAOS_SECONDS={{seconds}} {{ if seed != "" { "PODKEEPER_CHAOS_SEED=" + seed } else { "" } }} cargo test --release --test it reliability::chaos -- --nocapture --test-threads 1

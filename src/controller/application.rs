@@ -572,6 +572,11 @@ async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
         (_, Some(m)) => Some(("FailedService", m.clone())),
         _ => None,
     };
+    if outcome.is_none() && service_failure.is_none() {
+        // Pod creates or deletes still in flight: as for Redis, the status
+        // waits for the watch event that completes them.
+        return Ok(next_action(false, plan.recheck_after_seconds));
+    }
     let (workflow, deadline) =
         workflow_status(app, &plan, &rollout, failure, outcome.is_none(), now);
     let status = ApplicationStatus {

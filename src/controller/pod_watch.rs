@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::{Application, GROUP, Redis};
@@ -112,6 +112,7 @@ pub fn start(
         let mut stream = std::pin::pin!(stream);
         // A relist is built aside and swapped in at its end, as the store does.
         let mut relist: OwnerIndex = HashMap::new();
+        let mut relist_started = std::time::Instant::now();
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::Apply(pod)) => {
@@ -140,11 +141,21 @@ pub fn start(
                 Ok(watcher::Event::InitDone) => {
                     *by_owner.write().unwrap_or_else(|e| e.into_inner()) =
                         std::mem::take(&mut relist);
+                    let dropped = expectations.relisted(relist_started);
+                    if dropped > 0 {
+                        info!(
+                            dropped,
+                            "pod list done; dropped expectations of Pods that came and went unseen"
+                        );
+                    }
                     for tx in &routes.relisted {
                         let _ = tx.unbounded_send(());
                     }
                 }
-                Ok(watcher::Event::Init) => relist.clear(),
+                Ok(watcher::Event::Init) => {
+                    relist.clear();
+                    relist_started = std::time::Instant::now();
+                }
                 Err(e) => warn!(error = %e, "pod watch error; retrying with backoff"),
             }
         }

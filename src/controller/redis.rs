@@ -274,6 +274,13 @@ async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
     let now = Timestamp::now();
     let plan = plan(&desired, &ctx.observed(&owner), now);
     let outcome = ctx.act(&owner, &template, &plan).await;
+    if outcome.is_none() {
+        // Creates or deletes are still in flight: the status would describe
+        // a state that the watch is about to replace, and the event that
+        // completes them reconciles again. Writing it anyway doubled the
+        // status writes while converging (see BENCHMARKS.md).
+        return Ok(next_action(false, plan.recheck_after_seconds));
+    }
     let status = desired_status(redis, &plan, outcome.as_ref(), now);
     ctx.write_status(redis, redis.status.as_ref(), &status)
         .await?;

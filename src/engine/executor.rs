@@ -187,6 +187,7 @@ impl Executor {
         self.expectations.expect_create(&owner.key, &name);
         match api.create(&PostParams::default(), &pod).await {
             Ok(_) => {
+                self.expectations.create_confirmed(&owner.key, &name);
                 self.metrics.pods_created(self.controller);
                 Ok(name)
             }
@@ -262,6 +263,7 @@ impl Executor {
         self.expectations.expect_delete(&owner.key, &victim.uid);
         match api.delete(&victim.name, &params).await {
             Ok(_) => {
+                self.expectations.delete_confirmed(&owner.key, &victim.uid);
                 self.metrics.pods_deleted(self.controller);
                 Ok(true)
             }

@@ -11,6 +11,14 @@
 //!
 //! A restarted operator starts with no expectations and a fresh list, which
 //! shows every Pod the previous process created.
+//!
+//! When the Pod watch has to list again (after the apiserver restarted, or
+//! its watch expired), events in the gap are lost: a Pod created and then
+//! deleted (say by the garbage collector) meanwhile is never seen. So each
+//! create or delete the apiserver confirmed before that list began and that
+//! the list did not settle is dropped ([`Expectations::relisted`]): the
+//! list shows everything committed before it, so such a Pod is gone for
+//! good. Without this an owner stalled until [`TTL`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,10 +29,31 @@ pub const TTL: Duration = Duration::from_secs(300);
 /// Identifies an owner by kind, namespace and name.
 pub type OwnerKey = (&'static str, String, String);
 
+/// One create (by Pod name) or delete (by uid) sent and not yet seen.
+#[derive(Clone, Copy)]
+struct Sent {
+    at: Instant,
+    /// When the apiserver confirmed it (the call returned success).
+    confirmed: Option<Instant>,
+}
+
+impl Sent {
+    fn now() -> Self {
+        Sent {
+            at: Instant::now(),
+            confirmed: None,
+        }
+    }
+
+    fn live(&self) -> bool {
+        self.at.elapsed() < TTL
+    }
+}
+
 #[derive(Default)]
 struct Pending {
-    creates: HashMap<String, Instant>,
-    deletes: HashMap<String, Instant>,
+    creates: HashMap<String, Sent>,
+    deletes: HashMap<String, Sent>,
 }
 
 /// Shared by reconciles and the Pod event stream.
@@ -39,7 +68,7 @@ impl Expectations {
         map.entry(owner.clone())
             .or_default()
             .creates
-            .insert(pod_name.to_string(), Instant::now());
+            .insert(pod_name.to_string(), Sent::now());
     }
 
     pub fn expect_delete(&self, owner: &OwnerKey, pod_uid: &str) {
@@ -47,7 +76,41 @@ impl Expectations {
         map.entry(owner.clone())
             .or_default()
             .deletes
-            .insert(pod_uid.to_string(), Instant::now());
+            .insert(pod_uid.to_string(), Sent::now());
+    }
+
+    /// The apiserver accepted the create.
+    pub fn create_confirmed(&self, owner: &OwnerKey, pod_name: &str) {
+        self.update(owner, |p| {
+            if let Some(sent) = p.creates.get_mut(pod_name) {
+                sent.confirmed = Some(Instant::now());
+            }
+        });
+    }
+
+    /// The apiserver accepted the delete.
+    pub fn delete_confirmed(&self, owner: &OwnerKey, pod_uid: &str) {
+        self.update(owner, |p| {
+            if let Some(sent) = p.deletes.get_mut(pod_uid) {
+                sent.confirmed = Some(Instant::now());
+            }
+        });
+    }
+
+    /// A relist that began at `list_started` has been fully observed: what
+    /// it did not settle and was confirmed before it began will never be
+    /// seen. Returns how many entries were dropped.
+    pub fn relisted(&self, list_started: Instant) -> usize {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dropped = 0;
+        let before = |s: &Sent| s.confirmed.is_some_and(|c| c < list_started);
+        for p in map.values_mut() {
+            let n = p.creates.len() + p.deletes.len();
+            p.creates.retain(|_, s| !before(s));
+            p.deletes.retain(|_, s| !before(s));
+            dropped += n - p.creates.len() - p.deletes.len();
+        }
+        dropped
     }
 
     /// A create that failed will never be observed.
@@ -89,8 +152,8 @@ impl Expectations {
         let Some(p) = map.get_mut(owner) else {
             return true;
         };
-        p.creates.retain(|_, t| t.elapsed() < TTL);
-        p.deletes.retain(|_, t| t.elapsed() < TTL);
+        p.creates.retain(|_, s| s.live());
+        p.deletes.retain(|_, s| s.live());
         let done = p.creates.is_empty() && p.deletes.is_empty();
         if done {
             map.remove(owner);
@@ -102,7 +165,7 @@ impl Expectations {
     pub fn pending_creates(&self, owner: &OwnerKey) -> usize {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         map.get(owner)
-            .map(|p| p.creates.values().filter(|t| t.elapsed() < TTL).count())
+            .map(|p| p.creates.values().filter(|s| s.live()).count())
             .unwrap_or(0)
     }
 
@@ -163,5 +226,29 @@ mod tests {
         assert!(!e.satisfied(&other));
         e.forget(&other);
         assert!(e.satisfied(&other));
+    }
+
+    #[test]
+    fn a_relist_drops_what_was_confirmed_before_it_and_not_seen() {
+        let e = Expectations::default();
+        // Confirmed, then the watch lost its events: the Pod was created
+        // and deleted in the gap.
+        e.expect_create(&key(), "r-lost");
+        e.create_confirmed(&key(), "r-lost");
+        e.expect_delete(&key(), "uid-gone");
+        e.delete_confirmed(&key(), "uid-gone");
+        // Still in flight when the list began: it may yet appear.
+        e.expect_create(&key(), "r-in-flight");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let list_started = Instant::now();
+        // Confirmed after the list began: the watch will show it.
+        e.expect_create(&key(), "r-late");
+        e.create_confirmed(&key(), "r-late");
+        assert_eq!(e.relisted(list_started), 2);
+        assert!(!e.satisfied(&key()));
+        e.observe(&key(), "r-late", "u1", false);
+        assert!(!e.satisfied(&key()), "the in-flight create is still unseen");
+        e.create_failed(&key(), "r-in-flight");
+        assert!(e.satisfied(&key()));
     }
 }

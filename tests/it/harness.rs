@@ -281,12 +281,23 @@ pub struct Operator {
     plain: bool,
     pub log: PathBuf,
     starts: u32,
+    /// Credentials other than the shared cluster's operator ones.
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Operator {
     /// Starts `podkeeper run --namespace NS EXTRA...`; metrics and probes
     /// are off unless `extra` turns them on.
     pub fn start(namespace: &str, extra: &[&str]) -> Self {
+        Self::start_with(namespace, extra, None)
+    }
+
+    /// Like [`Operator::start`], against the cluster of `kubeconfig`.
+    pub fn start_on(namespace: &str, kubeconfig: &Path) -> Self {
+        Self::start_with(namespace, &[], Some(kubeconfig.to_path_buf()))
+    }
+
+    fn start_with(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>) -> Self {
         let n = rand::random::<u16>();
         let mut op = Operator {
             child: None,
@@ -303,6 +314,7 @@ impl Operator {
             },
             log: logs_dir().join(format!("operator-{namespace}-{n}.log")),
             starts: 0,
+            kubeconfig,
         };
         op.spawn();
         op
@@ -312,7 +324,9 @@ impl Operator {
     /// in the cluster (deployed with manifests/), and tests that start a
     /// plain operator use that one instead.
     fn deployed(&self) -> bool {
-        self.plain && std::env::var("PODKEEPER_TEST_OPERATOR").as_deref() == Ok("deployed")
+        self.plain
+            && self.kubeconfig.is_none()
+            && std::env::var("PODKEEPER_TEST_OPERATOR").as_deref() == Ok("deployed")
     }
 
     fn spawn(&mut self) {
@@ -327,10 +341,11 @@ impl Operator {
             .expect("operator log");
         let err = log.try_clone().expect("log handle");
         let c = cluster();
-        let kubeconfig = c
-            .operator_kubeconfig_path
-            .as_ref()
-            .unwrap_or(&c.kubeconfig_path);
+        let kubeconfig = self.kubeconfig.as_ref().unwrap_or(
+            c.operator_kubeconfig_path
+                .as_ref()
+                .unwrap_or(&c.kubeconfig_path),
+        );
         // setpriv --pdeathsig: the operator dies with the test thread that
         // started it, even if this test binary is killed.
         let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
@@ -353,6 +368,11 @@ impl Operator {
             .expect("spawn podkeeper run");
         self.child = Some(child);
         self.starts += 1;
+    }
+
+    /// How many times this operator was started (1 unless restarted).
+    pub fn starts(&self) -> u32 {
+        self.starts
     }
 
     /// The process id, while running.

@@ -6,4 +6,5 @@ mod cluster;
 mod harness;
 mod hostile;
 mod redis;
+mod reliability;
 mod ship;
