@@ -288,11 +288,16 @@ async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
         steps >= 6,
         "observed the rollout step by step ({steps} events)"
     );
-    let (a, _) = converged(&env, "roll", 6, "nginx:1.27").await;
-    assert_eq!(
-        workflow_condition(&a, "Progressing"),
-        ("True".into(), "RolloutComplete".into())
-    );
+    converged(&env, "roll", 6, "nginx:1.27").await;
+    // The condition follows once the old Pods are gone, as with
+    // `kubectl rollout status`.
+    let apps: Api<Application> = env.api();
+    wait_for("Progressing=True/RolloutComplete", TIMEOUT, || async {
+        let a = apps.get("roll").await.ok()?;
+        (find_condition(&a, "Progressing") == Some(("True".into(), "RolloutComplete".into())))
+            .then_some(())
+    })
+    .await;
     op.assert_running();
 }
 

@@ -379,10 +379,15 @@ async fn deletion_completes_with_a_foreign_finalizer_and_an_already_deleted_pod(
         (!r.finalizers().iter().any(|f| f == "podkeeper.dev/cleanup")).then_some(r)
     })
     .await;
-    assert_eq!(
-        r.finalizers(),
-        ["example.com/hold", "orphan"],
-        "foreign finalizers are left alone"
+    // The garbage collector may already have handled (and removed)
+    // `orphan`; podkeeper must not touch either.
+    assert!(
+        r.finalizers().iter().any(|f| f == "example.com/hold")
+            && r.finalizers()
+                .iter()
+                .all(|f| f == "example.com/hold" || f == "orphan"),
+        "foreign finalizers are left alone: {:?}",
+        r.finalizers()
     );
     let all = pods_api.list(&ListParams::default()).await.unwrap();
     assert!(
