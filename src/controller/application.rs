@@ -536,10 +536,11 @@ async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
                 network: app.status.as_ref().and_then(|s| s.network.clone()),
                 selector: selector_string,
             };
-            ctx.inner
+            let deferred = ctx
+                .inner
                 .write_status(app, app.status.as_ref(), &status)
                 .await?;
-            return Ok(Action::await_change());
+            return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
     };
 
@@ -584,9 +585,13 @@ async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
         network,
         selector: selector_string,
     };
-    ctx.inner
+    let deferred = ctx
+        .inner
         .write_status(app, app.status.as_ref(), &status)
         .await?;
+    if let Some(wait) = deferred {
+        return Ok(Action::requeue(wait));
+    }
 
     let recheck = match (plan.recheck_after_seconds, deadline) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -77,8 +77,23 @@ pub struct Context {
     /// The status last written per object uid, with the resourceVersion the
     /// write produced: a reconcile may start before the watch shows that
     /// write, and must not mistake the older status for the current one.
-    written: Mutex<HashMap<String, (u64, serde_json::Value)>>,
+    written: Mutex<HashMap<String, Written>>,
 }
+
+/// A status write of ours.
+#[derive(Clone)]
+struct Written {
+    resource_version: u64,
+    status: serde_json::Value,
+    generation: Option<i64>,
+    at: std::time::Instant,
+}
+
+/// At most one status write per object per interval while its spec stays
+/// the same: Pods turning Ready one after another then cost one write, not
+/// one each (the benchmark counted 4 status writes per 3-replica Redis
+/// without this). A new generation is acknowledged at once.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Context {
     pub fn new(client: Client, executor: Executor, pods: pod_watch::PodCache) -> Arc<Self> {
@@ -188,13 +203,14 @@ impl Context {
 
     /// Writes `status` to the status subresource unless it is already
     /// there: in the object at hand or, when that object predates our last
-    /// write, in what we last wrote.
+    /// write, in what we last wrote. Returns `Some(wait)` when the write is
+    /// deferred by [`STATUS_INTERVAL`]: the caller requeues after `wait`.
     pub async fn write_status<K, S>(
         &self,
         obj: &K,
         current: Option<&S>,
         status: &S,
-    ) -> Result<(), Error>
+    ) -> Result<Option<Duration>, Error>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
             + Clone
@@ -216,12 +232,18 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .get(&uid)
             .cloned();
-        let up_to_date = match last {
-            Some((written_rv, written)) if written_rv > seen_rv => written == wanted,
+        let up_to_date = match &last {
+            Some(w) if w.resource_version > seen_rv => w.status == wanted,
             _ => current == Some(status),
         };
         if up_to_date {
-            return Ok(());
+            return Ok(None);
+        }
+        if let Some(w) = &last
+            && w.generation == meta.generation
+            && w.at.elapsed() < STATUS_INTERVAL
+        {
+            return Ok(Some(STATUS_INTERVAL - w.at.elapsed()));
         }
         let api: Api<K> = Api::namespaced(
             self.client.clone(),
@@ -242,13 +264,21 @@ impl Context {
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         match rv {
             Some(rv) => {
-                written.insert(uid, (rv, wanted));
+                written.insert(
+                    uid,
+                    Written {
+                        resource_version: rv,
+                        status: wanted,
+                        generation: meta.generation,
+                        at: std::time::Instant::now(),
+                    },
+                );
             }
             None => {
                 written.remove(&uid);
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Forgets what was written for an object that is gone.

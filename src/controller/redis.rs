@@ -282,9 +282,13 @@ async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
         return Ok(next_action(false, plan.recheck_after_seconds));
     }
     let status = desired_status(redis, &plan, outcome.as_ref(), now);
-    ctx.write_status(redis, redis.status.as_ref(), &status)
+    let deferred = ctx
+        .write_status(redis, redis.status.as_ref(), &status)
         .await?;
-    Ok(next_action(outcome.is_some(), plan.recheck_after_seconds))
+    Ok(match deferred {
+        Some(wait) => Action::requeue(wait),
+        None => next_action(outcome.is_some(), plan.recheck_after_seconds),
+    })
 }
 
 /// Deletes every Pod, newest first; the finalizer goes only once none is
