@@ -99,6 +99,19 @@ struct Expected {
     status: (i32, i32, i32, Option<i64>),
 }
 
+impl Expected {
+    /// An object being deleted: it should be gone once things are quiet.
+    fn terminating(uid: String) -> Self {
+        Expected {
+            uid,
+            generation: None,
+            replicas: -1,
+            image: String::new(),
+            status: (0, 0, 0, None),
+        }
+    }
+}
+
 /// Every way the namespace breaks the invariant right now.
 async fn violations(env: &TestEnv) -> Vec<String> {
     let mut objects: BTreeMap<String, Expected> = BTreeMap::new();
@@ -107,13 +120,7 @@ async fn violations(env: &TestEnv) -> Vec<String> {
         if r.metadata.deletion_timestamp.is_some() {
             objects.insert(
                 format!("Redis {} (terminating)", r.name_any()),
-                Expected {
-                    uid: r.uid().unwrap(),
-                    generation: None,
-                    replicas: -1,
-                    image: String::new(),
-                    status: (0, 0, 0, None),
-                },
+                Expected::terminating(r.uid().unwrap()),
             );
             continue;
         }
@@ -139,13 +146,7 @@ async fn violations(env: &TestEnv) -> Vec<String> {
         if a.metadata.deletion_timestamp.is_some() {
             objects.insert(
                 format!("Application {} (terminating)", a.name_any()),
-                Expected {
-                    uid: a.uid().unwrap(),
-                    generation: None,
-                    replicas: -1,
-                    image: String::new(),
-                    status: (0, 0, 0, None),
-                },
+                Expected::terminating(a.uid().unwrap()),
             );
             continue;
         }
