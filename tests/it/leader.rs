@@ -211,7 +211,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_within_its_renew_deadline() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_holds_no_pod_watch_and_stays_flat_while_the_leader_works() {
-    const OWNERS: i32 = 40;
+    const OWNERS: i32 = 100;
     const REPLICAS: i32 = 5;
     let env = TestEnv::new("leader-standby").await;
     let lease = format!("standby-{}", env.namespace);
