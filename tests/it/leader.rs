@@ -302,3 +302,49 @@ async fn a_standby_holds_no_pod_watch_and_stays_flat_while_the_leader_works() {
         "the standby received {received} bytes while the leader worked"
     );
 }
+
+#[tokio::test]
+async fn a_leader_that_finds_another_holder_stops_at_its_next_renewal() {
+    let env = TestEnv::new("leader-taken").await;
+    let lease = format!("taken-{}", env.namespace);
+    let args = election(&lease, &["--leader-election-retry-period", "1s"]);
+    let mut leader = Operator::start(&env.namespace, &refs(&args));
+    let id = leader_of(&leader).await;
+    held_by(&env, &lease, &id, TIMEOUT).await;
+    // Someone else writes the Lease (another candidate with a skewed view,
+    // or a human): the leader must not go on acting beside it.
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), LEASE_NAMESPACE);
+    let mut taken = leases.get(&lease).await.unwrap();
+    let spec = taken.spec.as_mut().unwrap();
+    spec.holder_identity = Some("someone-else".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace(&lease, &PostParams::default(), &taken)
+        .await
+        .unwrap();
+    let written = Instant::now();
+    let status = wait_for("the leader to exit", TIMEOUT, || {
+        let status = leader.try_exit_status();
+        async move { status }
+    })
+    .await;
+    let stopped = written.elapsed();
+    assert!(!status.success(), "a lost Lease is an error exit");
+    let log = leader.log_text();
+    assert!(
+        log.contains("another candidate holds the leader Lease"),
+        "{log}"
+    );
+    // The next renewal comes within a retry period (1 s).
+    assert!(
+        stopped < Duration::from_secs(3),
+        "stopped after {stopped:?}"
+    );
+    assert_eq!(
+        holder(&leases, &lease).await.as_deref(),
+        Some("someone-else"),
+        "a leader that lost does not write the Lease again"
+    );
+}
