@@ -8,3 +8,4 @@ mod hostile;
 mod redis;
 mod reliability;
 mod ship;
+mod transients;
