@@ -7,9 +7,10 @@
 //! identical (same object, type, reason, action and note, within
 //! [`SERIES_WINDOW`]); any other Event is its own object with its own note.
 //!
-//! A flood budget per object, as client-go's spam filter has: [`BURST`]
-//! writes, then one per [`REFILL`]. What is over budget is logged and
-//! dropped. The decision is pure ([`EventBook::decide`]); [`EventRecorder`]
+//! A flood budget per object and reason, like client-go's spam filter:
+//! [`BURST`] writes, then one per [`REFILL`]. What is over budget is logged
+//! and dropped. Per reason, so that an hour of refused creates
+//! (`FailedCreate`) does not silence the `SuccessfulCreate` that follows. The decision is pure ([`EventBook::decide`]); [`EventRecorder`]
 //! is the I/O around it.
 
 use std::collections::HashMap;
@@ -25,9 +26,9 @@ use kube::{Api, Client};
 use rand::RngExt;
 use tracing::debug;
 
-/// Writes per object before the budget applies.
+/// Writes per object and reason before the budget applies.
 pub const BURST: u32 = 25;
-/// After the burst, one write per object per this interval.
+/// After the burst, one write per object and reason per this interval.
 pub const REFILL: Duration = Duration::from_secs(300);
 /// Identical Events this close together form a series.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -112,7 +113,8 @@ impl EventBook {
             self.budgets
                 .retain(|_, b| refilled(b, now) < f64::from(BURST));
         }
-        let bucket = self.budgets.entry(regarding.to_string()).or_insert(Bucket {
+        let budget_key = format!("{regarding}/{}", what.reason);
+        let bucket = self.budgets.entry(budget_key).or_insert(Bucket {
             tokens: f64::from(BURST),
             at: now,
         });
@@ -346,6 +348,24 @@ mod tests {
             other,
             Decision::Create {
                 name: "other".into()
+            }
+        );
+        // Another reason for the same object has its own budget too.
+        let failed = book.decide(
+            "uid-1",
+            What {
+                type_: EventType::Warning,
+                reason: "FailedCreate",
+                action: "Create",
+                note: "x",
+            },
+            t,
+            || "failed".into(),
+        );
+        assert_eq!(
+            failed,
+            Decision::Create {
+                name: "failed".into()
             }
         );
         // One more after the refill interval.
