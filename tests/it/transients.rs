@@ -218,7 +218,16 @@ async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas
     .await;
 
     create_redis(&env, "capped", 3).await;
-    let r = wait_failure(&env, "capped", "FailedCreate").await;
+    // Settled at the cap: two Pods Ready and the refusal reported, so no
+    // Pod event is left to trigger another reconcile by chance.
+    let api: Api<Redis> = env.api();
+    let r = wait_for("2 Ready Pods and FailedCreate", TIMEOUT, || async {
+        let r = api.get("capped").await.ok()?;
+        let settled = r.status.as_ref()?.ready_replicas == 2
+            && replica_failure(&r) == Some(("True".into(), "FailedCreate".into()));
+        settled.then_some(r)
+    })
+    .await;
     let message = r
         .status
         .unwrap()
@@ -236,7 +245,6 @@ async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas
         .await
         .unwrap();
     converged(&env, "capped", 3).await;
-    let api: Api<Redis> = env.api();
     let r = api.get("capped").await.unwrap();
     assert_eq!(
         replica_failure(&r).map(|c| c.0),
