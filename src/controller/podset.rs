@@ -294,7 +294,7 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
         let what = if names.is_empty() {
             "no Pods to keep".to_string()
         } else {
-            summary("Keeping", &names)
+            summary("keeping", &names)
         };
         inner
             .executor
