@@ -224,7 +224,7 @@ impl Executor {
         }
     }
 
-    pub async fn delete(&self, owner: &Owner, victims: &[Victim], outcome: &mut Outcome) {
+    async fn delete(&self, owner: &Owner, victims: &[Victim], outcome: &mut Outcome) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
         let results = join_all(victims.iter().map(|v| self.delete_one(&api, owner, v))).await;
         let mut deleted = Vec::new();
