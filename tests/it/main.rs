@@ -3,8 +3,11 @@
 mod application;
 mod bench;
 mod cluster;
+mod dev;
 mod harness;
 mod hostile;
+mod leader;
+mod proxy;
 mod redis;
 mod reliability;
 mod ship;
