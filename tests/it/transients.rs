@@ -398,6 +398,66 @@ async fn an_orphan_delete_leaves_the_pods_running_without_owner_references() {
         .collect();
     assert_eq!(names, before, "every Pod is still there, none terminating");
     assert!(after.iter().all(|p| !owned_by(p, &uid)));
+
+    // An Application keeps its Service too.
+    let apps: Api<Application> = env.api();
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Application",
+        "metadata": {"name": "kept"},
+        "spec": {
+            "deployment": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "kept"}},
+                "template": {"metadata": {"labels": {"app": "kept"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+            },
+            "service": {"ports": [{"port": 80}]}
+        }
+    }))
+    .unwrap();
+    let app = apps.create(&PostParams::default(), &app).await.unwrap();
+    let app_uid = app.metadata.uid.unwrap();
+    let services: Api<Service> = env.api();
+    let app_pods: BTreeSet<String> = wait_for("2 Pods and the Service", TIMEOUT, || async {
+        services.get_opt("kept").await.ok()??;
+        let p = live_pods(&env, &app_uid).await;
+        (p.len() == 2 && p.iter().all(is_ready)).then(|| p.iter().map(|p| p.name_any()).collect())
+    })
+    .await;
+    apps.delete(
+        "kept",
+        &DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Orphan),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the Application gone, its Service and Pods freed",
+        TIMEOUT,
+        || async {
+            if apps.get_opt("kept").await.ok()?.is_some() {
+                return None;
+            }
+            let svc = services.get_opt("kept").await.ok()??;
+            let all = pods.list(&ListParams::default()).await.ok()?.items;
+            let freed: BTreeSet<String> = all
+                .iter()
+                .filter(|p| {
+                    p.owner_references().is_empty() && p.metadata.deletion_timestamp.is_none()
+                })
+                .map(|p| p.name_any())
+                .filter(|n| app_pods.contains(n))
+                .collect();
+            (svc.owner_references().is_empty()
+                && svc.metadata.deletion_timestamp.is_none()
+                && freed == app_pods)
+                .then_some(())
+        },
+    )
+    .await;
+
     let events: Api<Event> = env.api();
     wait_for("the Orphaning Event", TIMEOUT, || async {
         let list = events.list(&ListParams::default()).await.ok()?;
