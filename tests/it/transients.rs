@@ -583,11 +583,19 @@ async fn events_of_a_scale_up_a_heal_and_another_scale_up_each_name_their_pods()
     assert_eq!(notes.len(), 3, "one Event per batch: {notes:?}");
 
     // What a user reads.
-    let (ok, out, err) = env.kubectl(&["events", "--for", "redis/told"]);
-    assert!(ok, "{err}");
-    for b in &batches {
-        for name in b {
-            assert!(out.contains(name.as_str()), "{name} not in:\n{out}");
+    for args in [
+        &["events", "--for", "redis/told"][..],
+        &["describe", "redis", "told"],
+    ] {
+        let (ok, out, err) = env.kubectl(args);
+        assert!(ok, "{err}");
+        for b in &batches {
+            for name in b {
+                assert!(
+                    out.contains(name.as_str()),
+                    "{name} not in {args:?}:\n{out}"
+                );
+            }
         }
     }
     op.assert_running();
