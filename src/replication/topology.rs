@@ -215,7 +215,8 @@ fn follows_placeholder(i: &ReplicationInfo) -> bool {
 }
 
 enum Current<'a> {
-    /// The primary, already serving; `adopted` when not the recorded one.
+    /// The primary, already serving (the recorded one, or the one it
+    /// handed over to).
     Healthy(&'a Member),
     /// No primary: choose one.
     Lost {
@@ -359,8 +360,9 @@ fn elect<'a>(
         return best(&holders);
     }
     // Nobody who answers holds the data. If a silent member may (the old
-    // primary among them), wait for it rather than start empty.
-    if members.iter().any(Member::may_hold_data_unseen) {
+    // primary among them), wait for it rather than start empty. A new Redis
+    // (nothing recorded) does not wait for Pods that never answered.
+    if !prefer_primaries && members.iter().any(Member::may_hold_data_unseen) {
         return None;
     }
     best(&alive)
