@@ -10,7 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -272,7 +273,7 @@ async fn write_acked(node: &Node, key: &str, replicas: u32) -> Result<bool, Clie
 async fn three_servers_become_one_primary_and_two_linked_replicas() {
     let mut set = Set::start(3, None).await;
     let primary = set.converge().await;
-    assert_eq!(set.primaries().await, [primary.clone()]);
+    assert_eq!(set.primaries().await, vec![primary.clone()]);
     assert_eq!(set.recorded.as_ref().unwrap().pod, primary);
 
     let node = set.server(&primary).node().await.unwrap();
@@ -301,26 +302,35 @@ async fn three_servers_become_one_primary_and_two_linked_replicas() {
     assert!(ok, "{reason}");
 }
 
-/// A writer that records which keys `WAIT 1` acknowledged.
+/// A writer that records which keys `WAIT 1` acknowledged, and the longest
+/// gap between two acknowledged writes. It writes to the first endpoint
+/// until a write fails; then, with `follow`, it looks for the server that
+/// says it is primary (ROLE) and goes on there, retrying the same key, as a
+/// client behind the primary Service would; without `follow` it stops.
 fn spawn_writer(
-    target: Arc<Mutex<Option<Endpoint>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    endpoints: Vec<Endpoint>,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicUsize>,
     follow: bool,
 ) -> tokio::task::JoinHandle<(Vec<String>, Duration)> {
     tokio::spawn(async move {
         let mut acked = Vec::new();
         let mut longest_pause = Duration::ZERO;
         let mut last_ok = Instant::now();
-        let mut node: Option<Node> = None;
+        let mut node = Node::connect(&endpoints[0], timeouts()).await.ok();
         let mut n = 0u64;
-        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        while !stop.load(Ordering::SeqCst) {
             if node.is_none() {
-                let ep = target.lock().unwrap().clone();
-                if let Some(ep) = ep {
-                    node = Node::connect(&ep, timeouts()).await.ok();
+                for ep in &endpoints {
+                    if let Ok(c) = Node::connect(ep, timeouts()).await
+                        && c.role().await.ok() == Some(Role::Primary)
+                    {
+                        node = Some(c);
+                        break;
+                    }
                 }
                 if node.is_none() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             }
@@ -328,6 +338,7 @@ fn spawn_writer(
             match write_acked(node.as_ref().unwrap(), &key, 1).await {
                 Ok(true) => {
                     acked.push(key);
+                    progress.store(acked.len(), Ordering::SeqCst);
                     n += 1;
                     longest_pause = longest_pause.max(last_ok.elapsed());
                     last_ok = Instant::now();
@@ -345,12 +356,17 @@ fn spawn_writer(
 async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write() {
     let mut set = Set::start(3, None).await;
     let old = set.converge().await;
-    let target = Arc::new(Mutex::new(Some(set.server(&old).endpoint())));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = spawn_writer(target.clone(), stop.clone(), false);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicUsize::new(0));
+    let writer = spawn_writer(
+        vec![set.server(&old).endpoint()],
+        stop.clone(),
+        progress.clone(),
+        false,
+    );
     // Let acknowledged writes accumulate, then kill the primary mid-stream.
     let start = Instant::now();
-    while set.server(&old).get("w300").await.is_none() {
+    while progress.load(Ordering::SeqCst) < 300 {
         assert!(start.elapsed() < DEADLINE, "the writer made no progress");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -388,7 +404,7 @@ async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write()
     set.servers.retain(|s| s.name != old);
     let primary = set.converge().await;
     assert_eq!(primary, new);
-    assert_eq!(set.primaries().await, [new.clone()]);
+    assert_eq!(set.primaries().await, vec![new.clone()]);
     let other = set.servers.iter().find(|s| s.name != new).unwrap();
     let last = acked.last().unwrap();
     assert_eq!(other.get(last).await.as_deref(), Some(last.as_str()));
@@ -398,11 +414,13 @@ async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write()
 async fn a_switchover_loses_no_acknowledged_write() {
     let mut set = Set::start(3, None).await;
     let old = set.converge().await;
-    let target = Arc::new(Mutex::new(Some(set.server(&old).endpoint())));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = spawn_writer(target.clone(), stop.clone(), true);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut endpoints = vec![set.server(&old).endpoint()];
+    endpoints.extend(set.servers.iter().map(Server::endpoint));
+    let progress = Arc::new(AtomicUsize::new(0));
+    let writer = spawn_writer(endpoints, stop.clone(), progress.clone(), true);
     let start = Instant::now();
-    while set.server(&old).get("w200").await.is_none() {
+    while progress.load(Ordering::SeqCst) < 200 {
         assert!(start.elapsed() < DEADLINE, "the writer made no progress");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -425,21 +443,23 @@ async fn a_switchover_loses_no_acknowledged_write() {
         .await;
     assert!(round.plan.may_touch(&old));
     let new = round.plan.primary.unwrap();
-    *target.lock().unwrap() = Some(set.server(&new).endpoint());
-    // Keep writing to the new primary for a moment, then stop.
-    let resumed = set.server(&new).node().await.unwrap();
-    let marker = "after-switchover";
-    resumed
-        .command::<()>(redis::cmd("SET").arg(marker).arg("1"))
-        .await
-        .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Once the writer has gone on through the new primary, stop it.
+    let at_handover = progress.load(Ordering::SeqCst);
+    let start = Instant::now();
+    while progress.load(Ordering::SeqCst) < at_handover + 100 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the writer did not follow the new primary"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    stop.store(true, Ordering::SeqCst);
     let (acked, longest_pause) = writer.await.unwrap();
     eprintln!(
         "switchover {old} -> {new}: {} acknowledged writes, longest pause {longest_pause:?}",
         acked.len()
     );
-    assert_eq!(set.primaries().await, [new.clone()]);
+    assert_eq!(set.primaries().await, vec![new.clone()]);
     let mut missing = Vec::new();
     for k in &acked {
         if set.server(&new).get(k).await.is_none() {
@@ -449,8 +469,9 @@ async fn a_switchover_loses_no_acknowledged_write() {
     assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
     // The old primary is a replica of the new one, with the data.
     assert_eq!(set.server(&old).role().await, Some(Role::Replica));
+    let last = acked.last().unwrap();
     let start = Instant::now();
-    while set.server(&old).get(marker).await.is_none() {
+    while set.server(&old).get(last).await.is_none() {
         assert!(
             start.elapsed() < DEADLINE,
             "the old primary does not follow"
@@ -506,7 +527,7 @@ async fn an_old_primary_that_returns_is_fenced() {
         "{:?}",
         round.plan.actions
     );
-    assert_eq!(set.primaries().await, [new.clone()]);
+    assert_eq!(set.primaries().await, vec![new.clone()]);
     let primary = set.converge().await;
     assert_eq!(primary, new);
     let node = set.server(&new).node().await.unwrap();
@@ -578,7 +599,7 @@ async fn a_primary_restarted_empty_never_wipes_its_replicas() {
     let new = round.plan.primary.unwrap();
     assert!(replicas.contains(&new));
     set.converge().await;
-    assert_eq!(set.primaries().await, [new.clone()]);
+    assert_eq!(set.primaries().await, vec![new.clone()]);
     for s in &set.servers {
         for i in [0, 50, 99] {
             let k = format!("k{i}");
