@@ -695,3 +695,67 @@ async fn rendered_config_is_what_redis_server_runs_with() {
     node.config_set("hz", "30").await.unwrap();
     assert_eq!(get("hz").await, "30");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_primary_pod_is_replaced_at_once_and_its_successor_joins_as_a_replica() {
+    let mut set = Set::start(3, None).await;
+    let old = set.converge().await;
+    let node = set.server(&old).node().await.unwrap();
+    for i in 0..50 {
+        assert!(write_acked(&node, &format!("k{i}"), 2).await.unwrap());
+    }
+    drop(node);
+    // The Pod is deleted (gone from the cache) and a new one, with a new
+    // name and address, is created in its place.
+    set.server_mut(&old).kill9().await;
+    set.servers.retain(|s| s.name != old);
+    set.servers
+        .push(Server::start("m3", free_port(), None).await);
+    let round = set.round().await;
+    assert_eq!(
+        round.plan.cause,
+        Some(podkeeper::replication::topology::Cause::PrimaryGone),
+        "no waiting for failover_after: the Pod is gone"
+    );
+    let new = round.plan.primary.clone().unwrap();
+    assert_ne!(new, "m3", "the new, empty Pod is never the primary");
+    assert_eq!(set.converge().await, new);
+    assert_eq!(set.primaries().await, vec![new.clone()]);
+    let start = Instant::now();
+    while set.server("m3").get("k49").await.as_deref() != Some("k49") {
+        assert!(start.elapsed() < DEADLINE, "m3 did not get the data");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_down_to_one_keeps_the_primary_and_every_key() {
+    let mut set = Set::start(3, None).await;
+    let primary = set.converge().await;
+    let node = set.server(&primary).node().await.unwrap();
+    for i in 0..50 {
+        assert!(write_acked(&node, &format!("k{i}"), 2).await.unwrap());
+    }
+    // The engine's ranking put the primary first; it is still kept.
+    let mut ranked = vec![primary.clone()];
+    ranked.extend(
+        set.servers
+            .iter()
+            .filter(|s| s.name != primary)
+            .map(|s| s.name.clone()),
+    );
+    let victims = podkeeper::replication::topology::scale_down_victims(&ranked, 2, Some(&primary));
+    assert!(!victims.contains(&primary));
+    for v in &victims {
+        set.server_mut(v).kill9().await;
+    }
+    set.servers.retain(|s| !victims.contains(&s.name));
+    assert_eq!(set.converge().await, primary);
+    for i in 0..50 {
+        let k = format!("k{i}");
+        assert_eq!(
+            set.server(&primary).get(&k).await.as_deref(),
+            Some(k.as_str())
+        );
+    }
+}

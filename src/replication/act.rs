@@ -336,6 +336,23 @@ pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static s
     }
 }
 
+/// The `podkeeper.dev/role` label value of each member: `primary` for the
+/// plan's primary, `replica` for the others (so the primary Service follows
+/// the plan, and a fenced old primary leaves it at once).
+pub fn role_labels(plan: &Plan, members: &[Member]) -> Vec<(String, &'static str)> {
+    members
+        .iter()
+        .map(|m| {
+            let role = if plan.primary.as_deref() == Some(m.pod.as_str()) {
+                Role::Primary
+            } else {
+                Role::Replica
+            };
+            (m.pod.clone(), role.as_str())
+        })
+        .collect()
+}
+
 /// One observe-plan-execute round, as a reconcile runs it.
 pub struct Round {
     pub members: Vec<Member>,
@@ -364,5 +381,165 @@ pub async fn reconcile(
         plan,
         outcome,
         primary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::info::{ConnectedReplica, ReplicationInfo};
+    use std::time::Duration;
+
+    fn info(role: Role, offset: i64) -> ReplicationInfo {
+        ReplicationInfo {
+            role,
+            run_id: "r".into(),
+            master_host: (role == Role::Replica).then(|| "10.0.0.1".into()),
+            master_port: (role == Role::Replica).then_some(6379),
+            link_up: role == Role::Replica,
+            sync_in_progress: false,
+            slave_repl_offset: (role == Role::Replica).then_some(offset),
+            master_repl_offset: offset,
+            master_replid: "h".into(),
+            failover_state: "no-failover".into(),
+            connected_replicas: vec![],
+        }
+    }
+
+    fn member(pod: &str, ip: &str, observed: Observed) -> Member {
+        Member {
+            pod: pod.into(),
+            ip: Some(ip.into()),
+            port: 6379,
+            ready: true,
+            deleting: false,
+            retiring: false,
+            observed,
+        }
+    }
+
+    fn promote_plan() -> Plan {
+        Plan {
+            primary: Some("b".into()),
+            record: Some(RecordedPrimary {
+                pod: "b".into(),
+                run_id: "rb".into(),
+            }),
+            actions: vec![Action::Promote {
+                pod: "b".into(),
+                ip: "10.0.0.2".into(),
+                port: 6379,
+            }],
+            cause: Some(topology::Cause::PrimaryGone),
+            waiting: None,
+            replicated: false,
+            requeue_after: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn status_primary_changes_only_once_the_promotion_succeeded() {
+        let old = RecordedPrimary {
+            pod: "a".into(),
+            run_id: "ra".into(),
+        };
+        let plan = promote_plan();
+        let failed = Outcome {
+            done: vec![],
+            error: Some(ActionError {
+                pod: "b".into(),
+                action: "promote",
+                source: ClientError::Timeout {
+                    addr: "10.0.0.2:6379".into(),
+                    command: "REPLICAOF NO ONE",
+                },
+            }),
+        };
+        assert_eq!(record(&plan, &failed, Some(&old)).unwrap().pod, "a");
+        let done = Outcome {
+            done: plan.actions.clone(),
+            error: None,
+        };
+        let now = record(&plan, &done, Some(&old)).unwrap();
+        assert_eq!((now.pod.as_str(), now.run_id.as_str()), ("b", "rb"));
+        let (ok, reason, message) = replicated_condition(&plan, &failed);
+        assert!(!ok);
+        assert_eq!(reason, "ReplicationCommandFailed");
+        assert!(message.contains("timed out"), "{message}");
+    }
+
+    #[test]
+    fn members_report_role_link_offset_and_lag() {
+        let mut p = info(Role::Primary, 1000);
+        p.connected_replicas.push(ConnectedReplica {
+            ip: "10.0.0.2".into(),
+            port: 6379,
+            state: "online".into(),
+            offset: 900,
+            lag_seconds: 0,
+        });
+        let mut syncing = info(Role::Replica, 0);
+        syncing.sync_in_progress = true;
+        let members = vec![
+            member("c", "10.0.0.3", Observed::Info(syncing)),
+            member("a", "10.0.0.1", Observed::Info(p)),
+            member("b", "10.0.0.2", Observed::Info(info(Role::Replica, 900))),
+            member(
+                "d",
+                "10.0.0.4",
+                Observed::Unreachable {
+                    since: Timestamp::UNIX_EPOCH,
+                },
+            ),
+        ];
+        let s = member_statuses(&members, Some("a"));
+        fn row(m: &MemberStatus) -> (&str, &str, &str, Option<i64>, Option<i64>) {
+            (
+                m.pod.as_str(),
+                m.role.as_str(),
+                m.link_status.as_str(),
+                m.offset,
+                m.lag,
+            )
+        }
+        assert_eq!(
+            s.iter().map(row).collect::<Vec<_>>(),
+            [
+                ("a", "primary", "primary", Some(1000), None),
+                ("b", "replica", "up", Some(900), Some(100)),
+                ("c", "replica", "syncing", Some(0), None),
+                ("d", "unknown", "unreachable", None, None),
+            ]
+        );
+        let plan = Plan {
+            primary: Some("a".into()),
+            ..promote_plan()
+        };
+        assert_eq!(
+            role_labels(&plan, &members),
+            [
+                ("c".to_string(), "replica"),
+                ("a".to_string(), "primary"),
+                ("b".to_string(), "replica"),
+                ("d".to_string(), "replica"),
+            ]
+        );
+    }
+
+    #[test]
+    fn silence_is_counted_from_the_first_miss_and_forgotten_on_an_answer() {
+        let s = Silence::default();
+        let t0 = Timestamp::from_second(100).unwrap();
+        let t1 = Timestamp::from_second(105).unwrap();
+        assert_eq!(s.note("a", false, t0), Some(t0));
+        assert_eq!(s.note("a", false, t1), Some(t0));
+        assert_eq!(s.note("a", true, t1), None);
+        assert_eq!(s.note("a", false, t1), Some(t1));
+        s.retain(&[]);
+        assert_eq!(
+            s.note("a", false, t0),
+            Some(t0),
+            "forgotten once the Pod is gone"
+        );
     }
 }
