@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// The label on every Pod that says its role: `primary` or `replica`.
 pub const ROLE_LABEL: &str = "podkeeper.dev/role";
-/// The reason of the `Replicated` condition type.
+/// The type of the condition that says whether replication is complete.
 pub const REPLICATED_CONDITION: &str = "Replicated";
 
 /// The Service that selects the primary (read-write).

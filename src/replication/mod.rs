@@ -54,7 +54,15 @@
 //! environment variable from `secretKeyRef` and passes it to redis-server
 //! as `--requirepass`/`--masterauth` through `sh -c` (see
 //! [`config::server_command`]), so the password is in neither the Pod spec
-//! nor the operator's logs. The operator reads the same Secret to log in.
+//! nor the operator's logs ([`client::Endpoint`]'s Debug redacts it); it is
+//! on redis-server's command line inside the container. The operator reads
+//! the same Secret to log in.
+//!
+//! **Links.** A replica that follows the right address but whose link is
+//! down is left to Redis, which reconnects every second (`REPLICAOF` to the
+//! same address is a no-op); one that follows any other address (the
+//! placeholder, an old primary, an old IP) is repointed in the round that
+//! sees it.
 //!
 //! **Config.** `spec.config` takes redis.conf directives, minus those the
 //! operator owns (see [`config::validate`]). `maxmemory` defaults to 75 % of

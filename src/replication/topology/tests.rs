@@ -696,3 +696,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn scale_down_takes_the_first_non_primaries_in_the_engine_order(
+        n in 0usize..8, excess in 0usize..10, primary in prop::option::of(0usize..8),
+    ) {
+        let ranked: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+        let primary = primary.map(|i| format!("p{i}"));
+        let victims = scale_down_victims(&ranked, excess, primary.as_deref());
+        prop_assert_eq!(victims.len(), excess.min(n));
+        let others: Vec<&String> = ranked.iter().filter(|p| Some(*p) != primary.as_ref()).collect();
+        if let Some(p) = &primary && victims.contains(p) {
+            prop_assert!(excess > others.len(), "the primary only goes with everyone else");
+            prop_assert_eq!(victims.last(), Some(p));
+        }
+        for (v, o) in victims.iter().zip(others) {
+            if Some(v) != primary.as_ref() {
+                prop_assert_eq!(v, o);
+            }
+        }
+    }
+}
