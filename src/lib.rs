@@ -7,6 +7,8 @@
 //!   executor) shared by every kind.
 //! - [`controller`]: the reconcilers, one per kind.
 //! - [`operator`]: wiring the controllers to a cluster.
+//! - [`replication`]: Redis primary/replica roles, failover and switchover
+//!   (not wired into the controller yet).
 //! - [`localcluster`]: a real control plane built from source, for `dev` and
 //!   the tests.
 
@@ -21,6 +23,7 @@ pub mod leader;
 pub mod localcluster;
 pub mod metrics;
 pub mod operator;
+pub mod replication;
 pub mod telemetry;
 
 /// Top-level errors of the commands.
