@@ -23,9 +23,11 @@ crds:
 static:
     RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target x86_64-unknown-linux-gnu
 
-# Build the container image (needs a Docker engine).
-image:
-    docker build -t {{image}} .
+# Build the operator image from the `just static` binary (needs a Docker engine; pulls nothing).
+image: static
+    mkdir -p target/image
+    cp target/x86_64-unknown-linux-gnu/release/podkeeper target/image/podkeeper
+    docker build -t {{image}} -f Dockerfile target/image
 
 # Create the kind cluster unless it exists.
 kind-up:
