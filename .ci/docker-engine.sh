@@ -46,7 +46,7 @@ for n in $names; do
 done
 allowed="[${allowed%,}]"
 
-# filter FILE JQPATH: keep only allowed capabilities under JQPATH (.process or .)
+# filter FILE PREFIX: keep only allowed capabilities in PREFIX.capabilities (PREFIX .process or empty)
 filter() {
   [ -f "$1" ] || return 0
   tmp="$1.bounded.$$"
@@ -71,7 +71,7 @@ for a in "$@"; do
 done
 case "$cmd" in
   create|run) filter "$bundle/config.json" .process ;;
-  exec) [ -n "$process" ] && filter "$process" . ;;
+  exec) [ -n "$process" ] && filter "$process" "" ;;
 esac
 exec /usr/bin/runc "$@"
 WRAPPER
