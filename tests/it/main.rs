@@ -5,6 +5,8 @@ mod bench;
 mod cluster;
 mod harness;
 mod hostile;
+#[cfg(feature = "kind-e2e")]
+mod kind;
 mod redis;
 mod reliability;
 mod ship;
