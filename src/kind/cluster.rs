@@ -115,6 +115,30 @@ pub fn network_script(node: &NodeAddress, all: &[NodeAddress]) -> String {
     script
 }
 
+/// CoreDNS's Corefile without its `forward` block: names outside the
+/// cluster are not resolved. The nodes' resolver is Docker's 127.0.0.11,
+/// which from a Pod's network namespace is CoreDNS itself (a loop CoreDNS
+/// detects and exits on), and the cluster sends no traffic elsewhere.
+pub fn corefile_without_forward(corefile: &str) -> String {
+    let balance = |line: &str| line.matches('{').count() as i64 - line.matches('}').count() as i64;
+    let mut out = String::new();
+    // Open braces of the forward block being skipped.
+    let mut skipping: i64 = 0;
+    for line in corefile.lines() {
+        if skipping > 0 {
+            skipping += balance(line);
+            continue;
+        }
+        if line.trim_start().starts_with("forward ") {
+            skipping = balance(line);
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// Options of [`up`].
 #[derive(Clone, Debug)]
 pub struct UpOptions {
@@ -183,6 +207,7 @@ pub fn create(kind_bin: &Path, node_image: &str, opts: &UpOptions) -> Result<(),
             "--timeout=300s",
         ],
     )?;
+    cluster_dns(&opts.name)?;
     Ok(())
 }
 
@@ -244,6 +269,63 @@ fn network(name: &str, expected: usize) -> Result<(), Error> {
             &network_script(node, &nodes),
         ])?;
     }
+    Ok(())
+}
+
+/// CoreDNS for cluster names only (see [`corefile_without_forward`]), then
+/// waits for it.
+fn cluster_dns(name: &str) -> Result<(), Error> {
+    let corefile = control_plane_kubectl(
+        name,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ],
+    )?;
+    let wanted = corefile_without_forward(&corefile);
+    if wanted.trim() != corefile.trim() {
+        super::progress("CoreDNS: cluster names only (no forwarding)");
+        let patch = serde_json::json!({"data": {"Corefile": wanted}}).to_string();
+        control_plane_kubectl(
+            name,
+            &[
+                "-n",
+                "kube-system",
+                "patch",
+                "configmap",
+                "coredns",
+                "--type=merge",
+                "-p",
+                &patch,
+            ],
+        )?;
+        control_plane_kubectl(
+            name,
+            &[
+                "-n",
+                "kube-system",
+                "rollout",
+                "restart",
+                "deployment/coredns",
+            ],
+        )?;
+    }
+    control_plane_kubectl(
+        name,
+        &[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment/coredns",
+            "--timeout=300s",
+        ],
+    )?;
     Ok(())
 }
 
@@ -328,6 +410,17 @@ mod tests {
                 pod_cidr: "10.244.0.0/24".into()
             }]
         );
+    }
+
+    #[test]
+    fn corefile_loses_only_its_forward_block() {
+        let corefile = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n}\n";
+        assert_eq!(
+            corefile_without_forward(corefile),
+            ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    cache 30\n    loop\n}\n"
+        );
+        let one_line = ".:53 {\n    forward . /etc/resolv.conf\n    loop\n}\n";
+        assert_eq!(corefile_without_forward(one_line), ".:53 {\n    loop\n}\n");
     }
 
     #[test]

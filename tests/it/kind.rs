@@ -121,12 +121,18 @@ async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so(
     let pods = ready_pods(&env, "probe", 1).await;
     let pod = pods[0].name_any();
     let redis: Api<Redis> = env.api();
-    assert_eq!(ready_condition(&redis.get("probe").await.unwrap()).0, "True");
+    assert_eq!(
+        ready_condition(&redis.get("probe").await.unwrap()).0,
+        "True"
+    );
 
     // redis-server closes its listening socket on spec.port while the
     // process (and so the container) keeps running: only the TCP readiness
     // probe can notice.
-    assert_eq!(redis_cli(&env, &pod, 6380, &["config", "set", "port", "0"]), "OK");
+    assert_eq!(
+        redis_cli(&env, &pod, 6380, &["config", "set", "port", "0"]),
+        "OK"
+    );
 
     let pods_api: Api<Pod> = env.api();
     wait_for("the Pod to turn NotReady", TIMEOUT, || async {
@@ -142,7 +148,10 @@ async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so(
     .await;
     let (_, reason, message) = ready_condition(&r);
     assert!(!reason.is_empty(), "a reason for Ready=False");
-    assert!(message.contains('0'), "the message counts ready Pods: {message}");
+    assert!(
+        message.contains('0'),
+        "the message counts ready Pods: {message}"
+    );
     // The container was not restarted: the process is alive, only unready.
     let p = pods_api.get(&pod).await.unwrap();
     let status = &p.status.unwrap().container_statuses.unwrap()[0];
@@ -174,13 +183,19 @@ async fn redis_runs_under_restricted_pod_security_with_a_read_only_root_and_writ
         "--overrides",
         r#"{"spec":{"securityContext":{"runAsUser":0}}}"#,
     ]);
-    assert!(!ok && err.contains("restricted"), "a root Pod was admitted: {err}");
+    assert!(
+        !ok && err.contains("restricted"),
+        "a root Pod was admitted: {err}"
+    );
 
     create_redis(&env, "locked", 1, 6379).await;
     let pods = ready_pods(&env, "locked", 1).await;
     let pod = pods[0].name_any();
     let (ok, out) = exec(&env, &pod, &["touch", "/etc/podkeeper-was-here"]);
-    assert!(!ok && out.contains("Read-only file system"), "root fs writable: {out}");
+    assert!(
+        !ok && out.contains("Read-only file system"),
+        "root fs writable: {out}"
+    );
     assert_eq!(redis_cli(&env, &pod, 6379, &["set", "k", "v"]), "OK");
     assert_eq!(redis_cli(&env, &pod, 6379, &["save"]), "OK");
     let (ok, out) = exec(&env, &pod, &["ls", "-ln", "/data/dump.rdb"]);
@@ -247,11 +262,17 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         );
         // kubectl logs reads the JSON log.
         let (ok, out, err) = kubectl(&["logs", "-n", OPERATOR_NS, &p.name_any()]);
-        assert!(ok && out.contains("campaigning for leadership"), "logs: {out}{err}");
+        assert!(
+            ok && out.contains("campaigning for leadership"),
+            "logs: {out}{err}"
+        );
     }
 
     let leader = wait_for("a leader", TIMEOUT, || async { leader_pod() }).await;
-    assert!(pods.iter().any(|p| p.name_any() == leader), "{leader} leads");
+    assert!(
+        pods.iter().any(|p| p.name_any() == leader),
+        "{leader} leads"
+    );
     let standby = pods
         .iter()
         .map(|p| p.name_any())
@@ -274,9 +295,15 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
     // The new leader converges a change made after the failover.
     create_redis(&env, "after-failover", 1, 6379).await;
     let pods = ready_pods(&env, "after-failover", 1).await;
-    assert_eq!(redis_cli(&env, &pods[0].name_any(), 6379, &["ping"]), "PONG");
+    assert_eq!(
+        redis_cli(&env, &pods[0].name_any(), 6379, &["ping"]),
+        "PONG"
+    );
     let (ok, out, _) = kubectl(&["logs", "-n", OPERATOR_NS, &standby]);
-    assert!(ok && out.contains("became the leader"), "standby log: {out}");
+    assert!(
+        ok && out.contains("became the leader"),
+        "standby log: {out}"
+    );
 }
 
 #[tokio::test]
