@@ -6,6 +6,8 @@ mod cluster;
 mod dev;
 mod harness;
 mod hostile;
+#[cfg(feature = "kind-e2e")]
+mod kind;
 mod leader;
 mod proxy;
 mod redis;
