@@ -37,12 +37,59 @@ pub enum Command {
     /// Benchmark convergence against the ReplicaSet controller and the API
     /// server's ceiling, on a local control plane (use a release build).
     Bench(BenchArgs),
+    /// kind clusters with real containers, on machines that cannot pull
+    /// images: everything is built from Go modules and Debian packages.
+    Kind {
+        #[command(subcommand)]
+        command: KindCommand,
+    },
     /// Print every CustomResourceDefinition as YAML.
     Crd {
         /// Write one file per CRD, and a kustomization, into this directory.
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KindCommand {
+    /// Build what is missing, create the cluster unless it exists, set up
+    /// its Pod network and load the Redis and httpd images; prints the path
+    /// of its kubeconfig.
+    Up {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+        /// Worker nodes besides the control plane.
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+    },
+    /// Build the node image and everything in it; prints its tag.
+    NodeImage,
+    /// Build the workload images (Redis, httpd); prints their names.
+    Images,
+    /// Load Docker images into the cluster.
+    Load {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+        /// Image names.
+        #[arg(required = true)]
+        images: Vec<String>,
+    },
+    /// Delete the cluster.
+    Down {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+    },
+    /// Print the path of the kind binary (built from its Go module if
+    /// missing).
+    Bin,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct KindClusterArgs {
+    /// Name of the kind cluster.
+    #[arg(long, default_value = "podkeeper")]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]
@@ -78,6 +125,11 @@ pub struct DevArgs {
     /// Start a local cluster even when a kubeconfig is configured.
     #[arg(long)]
     pub local: bool,
+    /// Run the operator against a kind cluster with real containers
+    /// (`podkeeper kind up`: built and created on first use, then kept)
+    /// instead of the local control plane.
+    #[arg(long, conflicts_with_all = ["local", "cluster_only", "nodes"])]
+    pub kind: bool,
     /// Raise the QPS limits of the local control plane (for benchmarks).
     #[arg(long, hide = true)]
     pub raise_qps_limits: bool,

@@ -19,6 +19,9 @@ async fn cluster_configured() -> bool {
 }
 
 pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
+    if args.kind {
+        return crate::kind::dev::run(args).await;
+    }
     let local =
         args.local || args.cluster_only || args.kubeconfig.is_some() || !cluster_configured().await;
     let stop = stop_signal(args.exit_on_stdin_eof).shared();

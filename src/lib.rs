@@ -7,8 +7,11 @@
 //!   executor) shared by every kind.
 //! - [`controller`]: the reconcilers, one per kind.
 //! - [`operator`]: wiring the controllers to a cluster.
+//! - [`replication`]: Redis primary/replica roles, failover and switchover
+//!   (not wired into the controller yet).
 //! - [`localcluster`]: a real control plane built from source, for `dev` and
 //!   the tests.
+//! - [`kind`]: kind clusters with real containers, images built from source.
 
 pub mod bench;
 pub mod cli;
@@ -17,10 +20,12 @@ pub mod crd;
 pub mod dev;
 pub mod engine;
 pub mod http;
+pub mod kind;
 pub mod leader;
 pub mod localcluster;
 pub mod metrics;
 pub mod operator;
+pub mod replication;
 pub mod telemetry;
 
 /// Top-level errors of the commands.
@@ -28,6 +33,8 @@ pub mod telemetry;
 pub enum Error {
     #[error(transparent)]
     LocalCluster(#[from] localcluster::Error),
+    #[error(transparent)]
+    Kind(#[from] kind::Error),
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
     #[error("kubeconfig: {0}")]

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Error as ControllerError};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -16,11 +15,13 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
-use crate::controller::application::AppContext;
+use crate::controller::podset::{self, Ctx, NoExtras};
+use crate::controller::service::ServiceExtras;
 use crate::controller::{
     self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, pod_watch,
 };
 use crate::crd::{Application, Redis};
+use crate::engine::events::EventRecorder;
 use crate::engine::executor::Executor;
 use crate::engine::expectations::Expectations;
 use crate::http::{self, Readiness};
@@ -223,18 +224,22 @@ pub async fn run(
     }
     readiness.set_synced();
 
-    let reporter = Reporter {
-        controller: "podkeeper".into(),
-        instance: leadership.as_ref().map(|l| l.identity.clone()),
-    };
+    let recorder = EventRecorder::new(
+        client.clone(),
+        "podkeeper",
+        leadership.as_ref().map(|l| l.identity.clone()),
+    );
     let executor = Executor {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: Arc::new(recorder),
         expectations,
         metrics,
         controller: controller::redis::CONTROLLER,
     };
-    let redis_ctx = Context::new(client.clone(), executor.clone(), pods.clone());
+    let redis_ctx = Ctx::<Redis>::new(
+        Context::new(client.clone(), executor.clone(), pods.clone()),
+        NoExtras,
+    );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let (app_ctx, services) = application_context(&client, namespace, executor, pods);
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
@@ -244,7 +249,7 @@ pub async fn run(
             readiness.clone(),
             redis_store.clone(),
             app_store.clone(),
-            app_ctx.services.clone(),
+            app_ctx.extras.services.clone(),
         );
         tokio::spawn(async move {
             let _ = redis_store.wait_until_ready().await;
@@ -261,8 +266,8 @@ pub async fn run(
         .with_config(controller_config.clone())
         .graceful_shutdown_on(stop.clone())
         .run(
-            controller::redis::reconcile,
-            controller::redis::error_policy,
+            podset::reconcile::<Redis>,
+            podset::error_policy::<Redis>,
             redis_ctx,
         );
     let applications = Controller::for_stream(app_stream, app_store)
@@ -272,8 +277,8 @@ pub async fn run(
         .with_config(controller_config)
         .graceful_shutdown_on(stop.clone())
         .run(
-            controller::application::reconcile,
-            controller::application::error_policy,
+            podset::reconcile::<Application>,
+            podset::error_policy::<Application>,
             app_ctx,
         );
     info!("controllers started");
@@ -370,7 +375,7 @@ fn application_context(
     namespace: Option<&str>,
     executor: Executor,
     pods: pod_watch::PodCache,
-) -> (Arc<AppContext>, ServiceTrigger) {
+) -> (Arc<Ctx<Application>>, ServiceTrigger) {
     let (services, writer) = reflector::store();
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
@@ -386,10 +391,10 @@ fn application_context(
         controller: controller::application::CONTROLLER,
         ..executor
     };
-    let ctx = Arc::new(AppContext {
-        inner: Context::new(client.clone(), executor, pods),
-        services,
-    });
+    let ctx = Ctx::<Application>::new(
+        Context::new(client.clone(), executor, pods),
+        ServiceExtras { services },
+    );
     (ctx, stream)
 }
 

@@ -7,8 +7,11 @@ mod cluster;
 mod dev;
 mod harness;
 mod hostile;
+#[cfg(feature = "kind-e2e")]
+mod kind;
 mod leader;
 mod proxy;
 mod redis;
 mod reliability;
 mod ship;
+mod transients;

@@ -1,0 +1,545 @@
+//! The I/O around the planner: observe every member concurrently, carry out
+//! a [`Plan`], and say what to record in status.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use futures::future::join_all;
+use k8s_openapi::jiff::Timestamp;
+
+use super::api::{MemberStatus, PrimaryStatus};
+use super::client::{self, Endpoint, Node, Timeouts};
+use super::error::{ActionError, ClientError};
+use super::info::Role;
+use super::topology::{
+    self, Action, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
+};
+
+/// A member Pod as the Pod cache shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    pub pod: String,
+    pub ip: Option<String>,
+    pub port: u16,
+    pub ready: bool,
+    pub deleting: bool,
+    pub retiring: bool,
+}
+
+/// Since when each member has been silent. Keep one per Redis object, for
+/// the life of the operator; a restarted operator starts the clock again
+/// (so failover takes at most `failover_after` longer, never less).
+#[derive(Debug, Default)]
+pub struct Silence {
+    since: Mutex<HashMap<String, Timestamp>>,
+}
+
+impl Silence {
+    fn note(&self, pod: &str, answered: bool, now: Timestamp) -> Option<Timestamp> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        if answered {
+            since.remove(pod);
+            None
+        } else {
+            Some(*since.entry(pod.to_string()).or_insert(now))
+        }
+    }
+
+    fn retain(&self, pods: &[PodRef]) {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        since.retain(|p, _| pods.iter().any(|r| &r.pod == p));
+    }
+}
+
+/// Queries every member at once; members without an IP or that do not
+/// answer are [`Observed::Unreachable`]. Returns the members and why each
+/// silent one was silent.
+pub async fn observe(
+    pods: &[PodRef],
+    password: Option<&str>,
+    timeouts: Timeouts,
+    silence: &Silence,
+    now: Timestamp,
+) -> (Vec<Member>, Vec<(String, ClientError)>) {
+    silence.retain(pods);
+    let answers = join_all(pods.iter().map(|p| async move {
+        match &p.ip {
+            None => None,
+            Some(ip) => Some(
+                client::observe(
+                    &Endpoint::new(ip.clone(), p.port, password.map(str::to_string)),
+                    timeouts,
+                )
+                .await,
+            ),
+        }
+    }))
+    .await;
+    let mut members = Vec::with_capacity(pods.len());
+    let mut errors = Vec::new();
+    for (p, answer) in pods.iter().zip(answers) {
+        let observed = match answer {
+            Some(Ok(info)) => {
+                silence.note(&p.pod, true, now);
+                Observed::Info(info)
+            }
+            other => {
+                if let Some(Err(e)) = other {
+                    errors.push((p.pod.clone(), e));
+                }
+                let since = silence.note(&p.pod, false, now).unwrap_or(now);
+                Observed::Unreachable { since }
+            }
+        };
+        members.push(Member {
+            pod: p.pod.clone(),
+            ip: p.ip.clone(),
+            port: p.port,
+            ready: p.ready,
+            deleting: p.deleting,
+            retiring: p.retiring,
+            observed,
+        });
+    }
+    (members, errors)
+}
+
+/// What executing a plan did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Actions that succeeded, in order.
+    pub done: Vec<Action>,
+    /// The first failure; later steps were not attempted.
+    pub error: Option<ActionError>,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::Replicate {
+            why: Why::Fence, ..
+        } => "fence",
+        Action::Replicate {
+            why: Why::Repoint, ..
+        } => "repoint",
+        Action::Promote { .. } => "promote",
+        Action::Switchover { .. } => "switchover",
+    }
+}
+
+async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(), ActionError> {
+    let err = |source| ActionError {
+        pod: a.pod().to_string(),
+        action: action_name(a),
+        source,
+    };
+    let endpoint = |ip: &str, port| Endpoint::new(ip, port, password.map(str::to_string));
+    match a {
+        Action::Replicate {
+            ip,
+            port,
+            primary_ip,
+            primary_port,
+            ..
+        } => {
+            let node = Node::connect(&endpoint(ip, *port), timeouts)
+                .await
+                .map_err(err)?;
+            node.replicate_from(primary_ip, *primary_port)
+                .await
+                .map_err(err)
+        }
+        Action::Promote { ip, port, .. } => {
+            let node = Node::connect(&endpoint(ip, *port), timeouts)
+                .await
+                .map_err(err)?;
+            node.promote().await.map_err(err)
+        }
+        Action::Switchover {
+            from_ip,
+            from_port,
+            to_ip,
+            to_port,
+            timeout,
+            ..
+        } => {
+            let node = Node::connect(&endpoint(from_ip, *from_port), timeouts)
+                .await
+                .map_err(err)?;
+            node.failover_to(to_ip, *to_port, *timeout)
+                .await
+                .map_err(err)
+        }
+    }
+}
+
+/// Runs the plan's actions: the fences (all at once), then the promotion,
+/// then the repoints (all at once), or the switchover. Stops at the first
+/// failed step, so that no one is promoted while an old primary may still
+/// be one, and no one is repointed at a member that is not primary yet.
+pub async fn execute(plan: &Plan, password: Option<&str>, timeouts: Timeouts) -> Outcome {
+    let mut outcome = Outcome::default();
+    let mut steps: Vec<Vec<&Action>> = Vec::new();
+    for a in &plan.actions {
+        let group = match a {
+            Action::Replicate {
+                why: Why::Fence, ..
+            } => 0,
+            Action::Promote { .. } => 1,
+            Action::Replicate {
+                why: Why::Repoint, ..
+            } => 2,
+            Action::Switchover { .. } => 3,
+        };
+        while steps.len() <= group {
+            steps.push(Vec::new());
+        }
+        steps[group].push(a);
+    }
+    for step in steps {
+        let results = join_all(step.iter().map(|a| run(a, password, timeouts))).await;
+        for (a, r) in step.into_iter().zip(results) {
+            match r {
+                Ok(()) => outcome.done.push(a.clone()),
+                Err(e) if outcome.error.is_none() => outcome.error = Some(e),
+                Err(_) => {}
+            }
+        }
+        if outcome.error.is_some() {
+            break;
+        }
+    }
+    outcome
+}
+
+/// status.primary after a plan ran: the plan's choice once its promotion
+/// (if any) succeeded; otherwise what was recorded before.
+pub fn record(
+    plan: &Plan,
+    outcome: &Outcome,
+    recorded: Option<&RecordedPrimary>,
+) -> Option<PrimaryStatus> {
+    let promoting = plan
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::Promote { .. }));
+    let promoted = outcome
+        .done
+        .iter()
+        .any(|a| matches!(a, Action::Promote { .. }));
+    let chosen = if promoting && !promoted {
+        recorded
+    } else {
+        plan.record.as_ref().or(recorded)
+    };
+    chosen.map(|r| PrimaryStatus {
+        pod: r.pod.clone(),
+        run_id: r.run_id.clone(),
+    })
+}
+
+/// status.members: each member's role and replication state.
+pub fn member_statuses(members: &[Member], primary: Option<&str>) -> Vec<MemberStatus> {
+    let primary = primary.and_then(|p| members.iter().find(|m| m.pod == p));
+    let primary_info = primary.and_then(Member::info);
+    let mut out: Vec<MemberStatus> = members
+        .iter()
+        .map(|m| match m.info() {
+            None => MemberStatus {
+                pod: m.pod.clone(),
+                role: "unknown".into(),
+                link_status: "unreachable".into(),
+                offset: None,
+                lag: None,
+            },
+            Some(i) if i.role == Role::Primary => MemberStatus {
+                pod: m.pod.clone(),
+                role: Role::Primary.as_str().into(),
+                link_status: "primary".into(),
+                offset: Some(i.offset()),
+                lag: None,
+            },
+            Some(i) => {
+                let seen = primary_info.zip(m.ip.as_deref()).and_then(|(p, ip)| {
+                    p.replica(ip, m.port)
+                        .map(|r| p.master_repl_offset - r.offset)
+                });
+                MemberStatus {
+                    pod: m.pod.clone(),
+                    role: Role::Replica.as_str().into(),
+                    link_status: if i.sync_in_progress {
+                        "syncing"
+                    } else if i.link_up {
+                        "up"
+                    } else {
+                        "down"
+                    }
+                    .into(),
+                    offset: Some(i.offset()),
+                    lag: seen.map(|l| l.max(0)),
+                }
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.pod.cmp(&b.pod));
+    out
+}
+
+/// The `Replicated` condition: status, reason, message.
+pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static str, String) {
+    if let Some(e) = &outcome.error {
+        return (false, "ReplicationCommandFailed", e.to_string());
+    }
+    if plan.replicated {
+        let p = plan.primary.as_deref().unwrap_or_default();
+        return (
+            true,
+            "Replicated",
+            format!("{p} is primary; every replica is linked"),
+        );
+    }
+    match &plan.waiting {
+        Some(Waiting::NoMembers) => (false, "NoMembers", "there are no Pods".into()),
+        Some(Waiting::SwitchoverInProgress) => {
+            (false, "SwitchingOver", "a FAILOVER is under way".into())
+        }
+        Some(Waiting::PrimaryUnreachable { pod, until }) => (
+            false,
+            "PrimaryUnreachable",
+            format!("{pod} does not answer; failover at {until} if it stays so"),
+        ),
+        Some(Waiting::NoCandidate) => (
+            false,
+            "NoPrimary",
+            "no member that holds the data answers; waiting rather than start empty".into(),
+        ),
+        Some(Waiting::NoSwitchoverTarget) => (
+            false,
+            "NoSwitchoverTarget",
+            "the primary must be handed over but no replica is linked, caught up and ready".into(),
+        ),
+        None if !plan.actions.is_empty() => (
+            false,
+            "Converging",
+            format!("{} replication command(s) sent", outcome.done.len()),
+        ),
+        None => (
+            false,
+            "ReplicasNotLinked",
+            "some replicas are not linked yet".into(),
+        ),
+    }
+}
+
+/// The `podkeeper.dev/role` label value of each member: `primary` for the
+/// plan's primary, `replica` for the others (so the primary Service follows
+/// the plan, and a fenced old primary leaves it at once).
+pub fn role_labels(plan: &Plan, members: &[Member]) -> Vec<(String, &'static str)> {
+    members
+        .iter()
+        .map(|m| {
+            let role = if plan.primary.as_deref() == Some(m.pod.as_str()) {
+                Role::Primary
+            } else {
+                Role::Replica
+            };
+            (m.pod.clone(), role.as_str())
+        })
+        .collect()
+}
+
+/// One observe-plan-execute round, as a reconcile runs it.
+pub struct Round {
+    pub members: Vec<Member>,
+    pub silent: Vec<(String, ClientError)>,
+    pub plan: Plan,
+    pub outcome: Outcome,
+    pub primary: Option<PrimaryStatus>,
+}
+
+pub async fn reconcile(
+    pods: &[PodRef],
+    recorded: Option<&RecordedPrimary>,
+    settings: &Settings,
+    password: Option<&str>,
+    timeouts: Timeouts,
+    silence: &Silence,
+    now: Timestamp,
+) -> Round {
+    let (members, silent) = observe(pods, password, timeouts, silence, now).await;
+    let plan = topology::plan(&members, recorded, settings, now);
+    let outcome = execute(&plan, password, timeouts).await;
+    let primary = record(&plan, &outcome, recorded);
+    Round {
+        members,
+        silent,
+        plan,
+        outcome,
+        primary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::info::{ConnectedReplica, ReplicationInfo};
+    use std::time::Duration;
+
+    fn info(role: Role, offset: i64) -> ReplicationInfo {
+        ReplicationInfo {
+            role,
+            run_id: "r".into(),
+            master_host: (role == Role::Replica).then(|| "10.0.0.1".into()),
+            master_port: (role == Role::Replica).then_some(6379),
+            link_up: role == Role::Replica,
+            sync_in_progress: false,
+            slave_repl_offset: (role == Role::Replica).then_some(offset),
+            master_repl_offset: offset,
+            master_replid: "h".into(),
+            failover_state: "no-failover".into(),
+            connected_replicas: vec![],
+        }
+    }
+
+    fn member(pod: &str, ip: &str, observed: Observed) -> Member {
+        Member {
+            pod: pod.into(),
+            ip: Some(ip.into()),
+            port: 6379,
+            ready: true,
+            deleting: false,
+            retiring: false,
+            observed,
+        }
+    }
+
+    fn promote_plan() -> Plan {
+        Plan {
+            primary: Some("b".into()),
+            record: Some(RecordedPrimary {
+                pod: "b".into(),
+                run_id: "rb".into(),
+            }),
+            actions: vec![Action::Promote {
+                pod: "b".into(),
+                ip: "10.0.0.2".into(),
+                port: 6379,
+            }],
+            cause: Some(topology::Cause::PrimaryGone),
+            waiting: None,
+            replicated: false,
+            requeue_after: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn status_primary_changes_only_once_the_promotion_succeeded() {
+        let old = RecordedPrimary {
+            pod: "a".into(),
+            run_id: "ra".into(),
+        };
+        let plan = promote_plan();
+        let failed = Outcome {
+            done: vec![],
+            error: Some(ActionError {
+                pod: "b".into(),
+                action: "promote",
+                source: ClientError::Timeout {
+                    addr: "10.0.0.2:6379".into(),
+                    command: "REPLICAOF NO ONE",
+                },
+            }),
+        };
+        assert_eq!(record(&plan, &failed, Some(&old)).unwrap().pod, "a");
+        let done = Outcome {
+            done: plan.actions.clone(),
+            error: None,
+        };
+        let now = record(&plan, &done, Some(&old)).unwrap();
+        assert_eq!((now.pod.as_str(), now.run_id.as_str()), ("b", "rb"));
+        let (ok, reason, message) = replicated_condition(&plan, &failed);
+        assert!(!ok);
+        assert_eq!(reason, "ReplicationCommandFailed");
+        assert!(message.contains("timed out"), "{message}");
+    }
+
+    #[test]
+    fn members_report_role_link_offset_and_lag() {
+        let mut p = info(Role::Primary, 1000);
+        p.connected_replicas.push(ConnectedReplica {
+            ip: "10.0.0.2".into(),
+            port: 6379,
+            state: "online".into(),
+            offset: 900,
+            lag_seconds: 0,
+        });
+        let mut syncing = info(Role::Replica, 0);
+        syncing.sync_in_progress = true;
+        let members = vec![
+            member("c", "10.0.0.3", Observed::Info(syncing)),
+            member("a", "10.0.0.1", Observed::Info(p)),
+            member("b", "10.0.0.2", Observed::Info(info(Role::Replica, 900))),
+            member(
+                "d",
+                "10.0.0.4",
+                Observed::Unreachable {
+                    since: Timestamp::UNIX_EPOCH,
+                },
+            ),
+        ];
+        let s = member_statuses(&members, Some("a"));
+        fn row(m: &MemberStatus) -> (&str, &str, &str, Option<i64>, Option<i64>) {
+            (
+                m.pod.as_str(),
+                m.role.as_str(),
+                m.link_status.as_str(),
+                m.offset,
+                m.lag,
+            )
+        }
+        assert_eq!(
+            s.iter().map(row).collect::<Vec<_>>(),
+            [
+                ("a", "primary", "primary", Some(1000), None),
+                ("b", "replica", "up", Some(900), Some(100)),
+                ("c", "replica", "syncing", Some(0), None),
+                ("d", "unknown", "unreachable", None, None),
+            ]
+        );
+        let plan = Plan {
+            primary: Some("a".into()),
+            ..promote_plan()
+        };
+        assert_eq!(
+            role_labels(&plan, &members),
+            [
+                ("c".to_string(), "replica"),
+                ("a".to_string(), "primary"),
+                ("b".to_string(), "replica"),
+                ("d".to_string(), "replica"),
+            ]
+        );
+    }
+
+    #[test]
+    fn silence_is_counted_from_the_first_miss_and_forgotten_on_an_answer() {
+        let s = Silence::default();
+        let t0 = Timestamp::from_second(100).unwrap();
+        let t1 = Timestamp::from_second(105).unwrap();
+        assert_eq!(s.note("a", false, t0), Some(t0));
+        assert_eq!(s.note("a", false, t1), Some(t0));
+        assert_eq!(s.note("a", true, t1), None);
+        assert_eq!(s.note("a", false, t1), Some(t1));
+        s.retain(&[]);
+        assert_eq!(
+            s.note("a", false, t0),
+            Some(t0),
+            "forgotten once the Pod is gone"
+        );
+    }
+}

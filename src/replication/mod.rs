@@ -1,0 +1,82 @@
+//! Redis replication: one primary, the other Pods its replicas, driven by
+//! the operator (no Sentinel). Groundwork of issue 13; not yet wired into
+//! the Redis controller (that waits for the generic Pod-set reconciler).
+//!
+//! - [`info`]: parsing `INFO replication` / `INFO server`.
+//! - [`client`]: one connection per Pod (IP and port), with timeouts and an
+//!   optional password.
+//! - [`topology`]: the pure planner: who is primary, whom to promote, whom
+//!   to repoint or fence, when to switch over, which Pods scale-down may take.
+//! - [`act`]: observing every member concurrently, executing a plan, and
+//!   what to record in status.
+//! - [`config`]: validating `spec.config` and rendering redis-server's
+//!   arguments.
+//! - [`api`]: the proposed CRD fields, as plain Rust types.
+//!
+//! # Design
+//!
+//! **Roles.** Exactly one member is primary. The operator records it in
+//! `status.primary` as `{pod, runId}`: the Pod and the `run_id` of its
+//! redis-server process. Every other member replicates from the primary's
+//! Pod IP (`REPLICAOF ip port`). The Pods carry `podkeeper.dev/role=primary`
+//! or `replica`; the Service `<name>` selects the primary (read-write),
+//! `<name>-replicas` the replicas (read-only, ready ones only, as Services
+//! do).
+//!
+//! **No empty primary, ever.** redis-server starts as a replica of a
+//! placeholder that never answers (`--replicaof 127.0.0.1 1`), so a new Pod,
+//! or a Pod whose container restarted (and lost its memory), comes up as a
+//! replica with its link down. Redis refuses to feed a replica from a server
+//! whose own link is down (`-NOMASTERLINK`), so the other replicas keep
+//! their data until the operator decides. A recorded primary whose `run_id`
+//! changed has restarted empty: the planner promotes the best replica
+//! instead and demotes the restarted one. Without the guard (a primary that
+//! restarted as primary), replicas whose `master_replid` already equals the
+//! restarted primary's have resynced from the empty dataset and are never
+//! promoted.
+//!
+//! **Unplanned failover** happens when the primary's Pod is gone or
+//! terminating and unreachable, has restarted, or has been unreachable for
+//! `spec.failover.afterSeconds`. The replica with the highest replication
+//! offset is promoted (a write acknowledged by `WAIT 1` is on it), others
+//! are repointed, and a returning old primary is fenced: it is made a
+//! replica of the new one in the same reconcile that sees it, and its own
+//! writes since the failover are discarded.
+//!
+//! **Planned switchover.** Before the engine touches the primary's Pod
+//! (rollout, scale-down, deletion), the planner sends `FAILOVER TO
+//! <replica> TIMEOUT <spec.failover.switchoverTimeoutSeconds>` to the
+//! primary: writes pause, the target catches up, roles swap, and only then
+//! is the old primary free to go. Without FORCE, Redis aborts rather than
+//! lose writes. Scale-down never picks the primary.
+//!
+//! **Auth.** `spec.auth` names a Secret key. The container gets it as an
+//! environment variable from `secretKeyRef` and passes it to redis-server
+//! as `--requirepass`/`--masterauth` through `sh -c` (see
+//! [`config::server_command`]), so the password is in neither the Pod spec
+//! nor the operator's logs ([`client::Endpoint`]'s Debug redacts it); it is
+//! on redis-server's command line inside the container. The operator reads
+//! the same Secret to log in.
+//!
+//! **Links.** A replica that follows the right address but whose link is
+//! down is left to Redis, which reconnects every second (`REPLICAOF` to the
+//! same address is a no-op); one that follows any other address (the
+//! placeholder, an old primary, an old IP) is repointed in the round that
+//! sees it.
+//!
+//! **Config.** `spec.config` takes redis.conf directives, minus those the
+//! operator owns (see [`config::validate`]). `maxmemory` defaults to 75 % of
+//! the container's memory limit.
+//!
+//! Left out here: persistence volumes, TLS, backups, Redis Cluster mode,
+//! Sentinel.
+
+pub mod act;
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod info;
+pub mod topology;
+
+pub use error::{ActionError, ClientError, ConfigError, InfoError};

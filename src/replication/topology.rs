@@ -1,0 +1,529 @@
+//! The replication planner: from what every member said (or that it did not
+//! answer), what was recorded, and the time, decide who is primary and what
+//! to send to whom. Pure: no I/O, no clock; `now` is an argument.
+//!
+//! Rules, in order:
+//!
+//! 1. While a `FAILOVER` is under way anywhere, wait.
+//! 2. The recorded primary stays primary while it answers as a primary with
+//!    the recorded `run_id`. If it answers as a replica of a member that is
+//!    primary (a switchover finished before it was recorded), that member is
+//!    adopted.
+//! 3. Otherwise the primary is lost: its Pod is gone; it is terminating and
+//!    silent; it restarted (new `run_id`: its memory is empty); it has been
+//!    silent for `failover_after`; or nothing was recorded. A new primary is
+//!    chosen among members that hold the data: the highest replication
+//!    offset wins (so every write acknowledged by `WAIT 1` survives). Never
+//!    chosen while others hold data: a member following the start-up
+//!    placeholder (it has never synced), a restarted primary, or a replica
+//!    whose `master_replid` is the restarted primary's (it resynced from the
+//!    empty dataset). Only when no member can hold data (a new Redis, or all
+//!    data gone) is such a member promoted; while a member with an address
+//!    does not answer, the planner waits instead.
+//! 4. Every other member that is primary is fenced (made a replica of the
+//!    primary) before the new primary is promoted; replicas that follow any
+//!    other address are repointed after.
+//! 5. A primary that is terminating or that the engine wants to retire is
+//!    handed over with `FAILOVER` to a linked, caught-up, ready replica that
+//!    is not retiring, once nothing else needs doing. The engine must never
+//!    touch [`Plan::primary`].
+
+use std::cmp::Reverse;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::info::{ReplicationInfo, Role};
+
+/// New Pods start as replicas of this address, which never answers, so that
+/// no Pod ever comes up as an empty primary that others sync from.
+pub const PLACEHOLDER_HOST: &str = "127.0.0.1";
+pub const PLACEHOLDER_PORT: u16 = 1;
+
+/// One Pod of the set, as observed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    pub pod: String,
+    /// The Pod IP; `None` before the Pod has one (it has never run).
+    pub ip: Option<String>,
+    pub port: u16,
+    /// The Pod's Ready condition.
+    pub ready: bool,
+    /// The Pod has a deletionTimestamp.
+    pub deleting: bool,
+    /// The engine wants to replace, update or remove this Pod (rollout,
+    /// scale-down): a primary is switched over first.
+    pub retiring: bool,
+    pub observed: Observed,
+}
+
+/// What the last observation of a member gave.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    Info(ReplicationInfo),
+    /// No answer (or no IP) since this time.
+    Unreachable {
+        since: Timestamp,
+    },
+}
+
+impl Member {
+    pub fn info(&self) -> Option<&ReplicationInfo> {
+        match &self.observed {
+            Observed::Info(i) if self.ip.is_some() => Some(i),
+            _ => None,
+        }
+    }
+
+    fn ip(&self) -> &str {
+        self.ip.as_deref().unwrap_or_default()
+    }
+
+    /// Silent, with an address: it may have run and may hold data.
+    fn may_hold_data_unseen(&self) -> bool {
+        matches!(self.observed, Observed::Unreachable { .. }) && self.ip.is_some() && !self.deleting
+    }
+}
+
+/// `status.primary`: the chosen primary and its process' run_id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedPrimary {
+    pub pod: String,
+    pub run_id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// How long the primary may be unreachable before a replica is promoted.
+    pub failover_after: Duration,
+    /// The TIMEOUT of a planned `FAILOVER`.
+    pub switchover_timeout: Duration,
+}
+
+/// Why a `REPLICAOF host port` is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The member is a primary but not the chosen one.
+    Fence,
+    /// The member replicates from another address (the placeholder, an old
+    /// primary, an old IP).
+    Repoint,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `REPLICAOF primary_ip primary_port` on `pod`.
+    Replicate {
+        pod: String,
+        ip: String,
+        port: u16,
+        primary: String,
+        primary_ip: String,
+        primary_port: u16,
+        why: Why,
+    },
+    /// `REPLICAOF NO ONE` on `pod`.
+    Promote { pod: String, ip: String, port: u16 },
+    /// `FAILOVER TO to_ip to_port TIMEOUT timeout` on `from`.
+    Switchover {
+        from: String,
+        from_ip: String,
+        from_port: u16,
+        to: String,
+        to_ip: String,
+        to_port: u16,
+        timeout: Duration,
+    },
+}
+
+impl Action {
+    pub fn pod(&self) -> &str {
+        match self {
+            Action::Replicate { pod, .. } | Action::Promote { pod, .. } => pod,
+            Action::Switchover { from, .. } => from,
+        }
+    }
+}
+
+/// Why a new primary is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// Nothing was recorded (a new Redis, or status was lost).
+    NoRecord,
+    /// The recorded primary's Pod is gone, or terminating and silent.
+    PrimaryGone,
+    /// The recorded primary's process restarted: its memory is empty.
+    PrimaryRestarted,
+    /// The recorded primary did not answer for `failover_after`.
+    PrimaryUnreachable,
+    /// The recorded primary is a replica of something that is not a member.
+    PrimaryDemoted,
+}
+
+/// Why nothing (more) is done this time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// A `FAILOVER` is under way.
+    SwitchoverInProgress,
+    /// The primary is silent; failover at `until` if it stays so.
+    PrimaryUnreachable { pod: String, until: Timestamp },
+    /// No member that holds the data answers (members that may hold it are
+    /// silent).
+    NoCandidate,
+    /// The primary must be handed over but no replica is linked, caught up
+    /// and ready.
+    NoSwitchoverTarget,
+    /// There are no members.
+    NoMembers,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The member that holds, or is given, the primary role. Its Pod gets
+    /// the `primary` label and must not be touched by the engine.
+    pub primary: Option<String>,
+    /// What status.primary should say once the actions succeeded.
+    pub record: Option<RecordedPrimary>,
+    /// In execution order: fences, then the promotion, then repoints; or one
+    /// switchover.
+    pub actions: Vec<Action>,
+    /// Set when a new primary is chosen.
+    pub cause: Option<Cause>,
+    pub waiting: Option<Waiting>,
+    /// A primary accepts writes and every member is its linked, caught-up
+    /// replica (online in the primary's list), with nothing to do.
+    pub replicated: bool,
+    /// When to look again.
+    pub requeue_after: Duration,
+}
+
+impl Plan {
+    /// Whether the engine may delete or update this Pod now.
+    pub fn may_touch(&self, pod: &str) -> bool {
+        self.primary.as_deref() != Some(pod)
+    }
+}
+
+/// Steady state: look again after this long, to notice what Redis does on
+/// its own (links dropping, processes restarting).
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+/// While converging: look again soon.
+pub const CONVERGE_PERIOD: Duration = Duration::from_secs(1);
+
+fn follows_placeholder(i: &ReplicationInfo) -> bool {
+    i.follows(PLACEHOLDER_HOST, PLACEHOLDER_PORT)
+}
+
+enum Current<'a> {
+    /// The primary, already serving (the recorded one, or the one it
+    /// handed over to).
+    Healthy(&'a Member),
+    /// No primary: choose one.
+    Lost {
+        cause: Cause,
+        /// Not eligible for the data tier (silent, or restarted empty).
+        excluded: Option<&'a str>,
+        /// The replication id of a restarted primary: replicas sharing it
+        /// synced from the empty dataset.
+        tainted_replid: Option<String>,
+    },
+    Wait(Waiting, Duration),
+}
+
+fn current<'a>(
+    members: &'a [Member],
+    recorded: Option<&RecordedPrimary>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Current<'a> {
+    let Some(rec) = recorded else {
+        return Current::Lost {
+            cause: Cause::NoRecord,
+            excluded: None,
+            tainted_replid: None,
+        };
+    };
+    let Some(m) = members.iter().find(|m| m.pod == rec.pod) else {
+        return Current::Lost {
+            cause: Cause::PrimaryGone,
+            excluded: None,
+            tainted_replid: None,
+        };
+    };
+    match (&m.observed, m.info()) {
+        (_, Some(i)) if i.run_id != rec.run_id => Current::Lost {
+            cause: Cause::PrimaryRestarted,
+            excluded: Some(&m.pod),
+            tainted_replid: Some(i.master_replid.clone()),
+        },
+        (_, Some(i)) if i.role == Role::Primary => Current::Healthy(m),
+        (_, Some(i)) => {
+            // A replica with its data: of whom?
+            let leader = members
+                .iter()
+                .find(|o| o.pod != m.pod && o.info().is_some() && i.follows(o.ip(), o.port));
+            match leader.and_then(|l| l.info().map(|li| (l, li))) {
+                Some((l, li)) if li.role == Role::Primary => Current::Healthy(l),
+                // Both replicas of each other: the last step of a handover.
+                Some((_, li)) if li.follows(m.ip(), m.port) => {
+                    Current::Wait(Waiting::SwitchoverInProgress, CONVERGE_PERIOD)
+                }
+                _ => Current::Lost {
+                    cause: Cause::PrimaryDemoted,
+                    excluded: None,
+                    tainted_replid: None,
+                },
+            }
+        }
+        (Observed::Unreachable { since }, _) => {
+            let until = since.checked_add(settings.failover_after).unwrap_or(*since);
+            if m.deleting || m.ip.is_none() || now >= until {
+                Current::Lost {
+                    cause: if m.deleting || m.ip.is_none() {
+                        Cause::PrimaryGone
+                    } else {
+                        Cause::PrimaryUnreachable
+                    },
+                    excluded: Some(&m.pod),
+                    tainted_replid: None,
+                }
+            } else {
+                let left = until.duration_since(now);
+                let left = Duration::try_from(left).unwrap_or(CONVERGE_PERIOD);
+                Current::Wait(
+                    Waiting::PrimaryUnreachable {
+                        pod: m.pod.clone(),
+                        until,
+                    },
+                    left.max(Duration::from_millis(100)),
+                )
+            }
+        }
+        // Observed::Info without an IP cannot happen (see Member::info).
+        (Observed::Info(_), None) => Current::Lost {
+            cause: Cause::PrimaryGone,
+            excluded: Some(&m.pod),
+            tainted_replid: None,
+        },
+    }
+}
+
+/// Ranks a candidate: higher is better. Without a record, a member that
+/// already is primary goes first (status was lost; keep what runs);
+/// otherwise the highest offset does.
+fn rank(m: &Member, prefer_primaries: bool) -> (bool, i64, bool, bool, bool, Reverse<&str>) {
+    let i = m.info().expect("candidates have info");
+    let is_primary = i.role == Role::Primary;
+    (
+        prefer_primaries && is_primary,
+        i.offset(),
+        is_primary,
+        !m.retiring,
+        m.ready,
+        Reverse(m.pod.as_str()),
+    )
+}
+
+/// Chooses the new primary; `None` when no member that answers holds the
+/// data while a silent one may.
+fn elect<'a>(
+    members: &'a [Member],
+    cause: Cause,
+    excluded: Option<&str>,
+    tainted_replid: Option<&str>,
+) -> Option<&'a Member> {
+    let prefer_primaries = cause == Cause::NoRecord;
+    let restarted = cause == Cause::PrimaryRestarted;
+    let best = |c: &[&'a Member]| {
+        c.iter()
+            .copied()
+            .max_by(|a, b| rank(a, prefer_primaries).cmp(&rank(b, prefer_primaries)))
+    };
+    let alive: Vec<&Member> = members
+        .iter()
+        .filter(|m| !m.deleting && m.info().is_some())
+        .collect();
+    let empty = |m: &Member| {
+        let i = m.info().expect("filtered");
+        follows_placeholder(i)
+            || (restarted && excluded == Some(m.pod.as_str()))
+            || tainted_replid.is_some_and(|t| i.master_replid == t)
+    };
+    let holders: Vec<&Member> = alive
+        .iter()
+        .copied()
+        .filter(|m| excluded != Some(m.pod.as_str()))
+        .filter(|m| !m.info().expect("filtered").sync_in_progress)
+        .filter(|m| !empty(m))
+        .collect();
+    if !holders.is_empty() {
+        return best(&holders);
+    }
+    // Nobody who answers holds the data. If a silent member may (the old
+    // primary among them), wait for it rather than start empty. A new Redis
+    // (nothing recorded) does not wait for Pods that never answered.
+    if !prefer_primaries && members.iter().any(Member::may_hold_data_unseen) {
+        return None;
+    }
+    best(&alive)
+}
+
+/// Fences and repoints everyone but `primary`; the promotion goes between.
+fn converge(members: &[Member], primary: &Member, promote: bool) -> Vec<Action> {
+    let mut fences = Vec::new();
+    let mut repoints = Vec::new();
+    for m in members {
+        let Some(i) = m.info() else { continue };
+        if m.pod == primary.pod {
+            continue;
+        }
+        let action = |why| Action::Replicate {
+            pod: m.pod.clone(),
+            ip: m.ip().to_string(),
+            port: m.port,
+            primary: primary.pod.clone(),
+            primary_ip: primary.ip().to_string(),
+            primary_port: primary.port,
+            why,
+        };
+        if i.role == Role::Primary {
+            // Even a terminating one: it must stop taking writes.
+            fences.push(action(Why::Fence));
+        } else if !m.deleting && !i.follows(primary.ip(), primary.port) {
+            repoints.push(action(Why::Repoint));
+        }
+    }
+    let mut actions = fences;
+    if promote {
+        actions.push(Action::Promote {
+            pod: primary.pod.clone(),
+            ip: primary.ip().to_string(),
+            port: primary.port,
+        });
+    }
+    actions.extend(repoints);
+    actions
+}
+
+/// Whether `m` is a linked, caught-up replica of `primary`.
+pub fn linked_to(m: &Member, primary: &Member) -> bool {
+    let (Some(i), Some(p)) = (m.info(), primary.info()) else {
+        return false;
+    };
+    i.follows(primary.ip(), primary.port)
+        && i.link_up
+        && !i.sync_in_progress
+        && p.replica(m.ip(), m.port).is_some_and(|r| r.online())
+}
+
+fn switchover_target<'a>(members: &'a [Member], primary: &Member) -> Option<&'a Member> {
+    members
+        .iter()
+        .filter(|m| m.pod != primary.pod && !m.deleting && !m.retiring && m.ready)
+        .filter(|m| linked_to(m, primary))
+        .max_by_key(|m| (m.info().map(|i| i.offset()), Reverse(m.pod.as_str())))
+}
+
+/// The plan for one reconcile.
+pub fn plan(
+    members: &[Member],
+    recorded: Option<&RecordedPrimary>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Plan {
+    let keep = |waiting, requeue_after| Plan {
+        primary: recorded.map(|r| r.pod.clone()),
+        record: recorded.cloned(),
+        actions: Vec::new(),
+        cause: None,
+        waiting: Some(waiting),
+        replicated: false,
+        requeue_after,
+    };
+    if members.is_empty() {
+        return keep(Waiting::NoMembers, RESYNC_PERIOD);
+    }
+    if members
+        .iter()
+        .filter_map(Member::info)
+        .any(ReplicationInfo::failover_in_progress)
+    {
+        return keep(Waiting::SwitchoverInProgress, CONVERGE_PERIOD);
+    }
+    let (primary, promote, cause) = match current(members, recorded, settings, now) {
+        Current::Wait(w, after) => return keep(w, after),
+        Current::Healthy(p) => (p, false, None),
+        Current::Lost {
+            cause,
+            excluded,
+            tainted_replid,
+        } => match elect(members, cause, excluded, tainted_replid.as_deref()) {
+            None => return keep(Waiting::NoCandidate, CONVERGE_PERIOD),
+            Some(p) => {
+                let is_primary = p.info().is_some_and(|i| i.role == Role::Primary);
+                (p, !is_primary, Some(cause))
+            }
+        },
+    };
+    let record = primary.info().map(|i| RecordedPrimary {
+        pod: primary.pod.clone(),
+        run_id: i.run_id.clone(),
+    });
+    let mut actions = converge(members, primary, promote);
+    let mut waiting = None;
+    if actions.is_empty() && (primary.retiring || primary.deleting) {
+        match switchover_target(members, primary) {
+            Some(t) => actions.push(Action::Switchover {
+                from: primary.pod.clone(),
+                from_ip: primary.ip().to_string(),
+                from_port: primary.port,
+                to: t.pod.clone(),
+                to_ip: t.ip().to_string(),
+                to_port: t.port,
+                timeout: settings.switchover_timeout,
+            }),
+            None => waiting = Some(Waiting::NoSwitchoverTarget),
+        }
+    }
+    let replicated = actions.is_empty()
+        && !promote
+        && members
+            .iter()
+            .filter(|m| !m.deleting && m.pod != primary.pod)
+            .all(|m| linked_to(m, primary));
+    Plan {
+        primary: Some(primary.pod.clone()),
+        record,
+        actions,
+        cause,
+        waiting,
+        replicated,
+        requeue_after: if replicated && !primary.retiring {
+            RESYNC_PERIOD
+        } else {
+            CONVERGE_PERIOD
+        },
+    }
+}
+
+/// Which Pods to remove when there are `excess` too many. `ranked` is in
+/// the engine's deletion order (first goes first). The primary is never
+/// picked unless every other Pod goes too (scaling to zero).
+pub fn scale_down_victims(ranked: &[String], excess: usize, primary: Option<&str>) -> Vec<String> {
+    let mut victims: Vec<String> = ranked
+        .iter()
+        .filter(|p| Some(p.as_str()) != primary)
+        .take(excess)
+        .cloned()
+        .collect();
+    if victims.len() < excess
+        && let Some(p) = primary
+        && ranked.iter().any(|r| r == p)
+    {
+        victims.push(p.to_string());
+    }
+    victims
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,720 @@
+use super::*;
+use crate::replication::info::ConnectedReplica;
+use proptest::prelude::*;
+
+const PORT: u16 = 6379;
+const SECOND: Duration = Duration::from_secs(1);
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+fn settings() -> Settings {
+    Settings {
+        failover_after: Duration::from_secs(5),
+        switchover_timeout: Duration::from_secs(10),
+    }
+}
+
+fn base(pod: &str, ip: &str, observed: Observed) -> Member {
+    Member {
+        pod: pod.into(),
+        ip: Some(ip.into()),
+        port: PORT,
+        ready: true,
+        deleting: false,
+        retiring: false,
+        observed,
+    }
+}
+
+fn info(role: Role, run_id: &str, offset: i64) -> ReplicationInfo {
+    ReplicationInfo {
+        role,
+        run_id: run_id.into(),
+        master_host: None,
+        master_port: None,
+        link_up: false,
+        sync_in_progress: false,
+        slave_repl_offset: None,
+        master_repl_offset: offset,
+        master_replid: "history-1".into(),
+        failover_state: "no-failover".into(),
+        connected_replicas: vec![],
+    }
+}
+
+/// A primary; `replicas` are (ip, offset) it sees online.
+fn primary(pod: &str, ip: &str, offset: i64, replicas: &[(&str, i64)]) -> Member {
+    let mut i = info(Role::Primary, &format!("run-{pod}"), offset);
+    i.connected_replicas = replicas
+        .iter()
+        .map(|(ip, off)| ConnectedReplica {
+            ip: ip.to_string(),
+            port: PORT,
+            state: "online".into(),
+            offset: *off,
+            lag_seconds: 0,
+        })
+        .collect();
+    base(pod, ip, Observed::Info(i))
+}
+
+/// A replica of `of` (an IP) with its link up or down.
+fn replica(pod: &str, ip: &str, of: &str, offset: i64, link_up: bool) -> Member {
+    let mut i = info(Role::Replica, &format!("run-{pod}"), offset);
+    i.master_host = Some(of.into());
+    i.master_port = Some(if of == PLACEHOLDER_HOST {
+        PLACEHOLDER_PORT
+    } else {
+        PORT
+    });
+    i.link_up = link_up;
+    i.slave_repl_offset = Some(offset);
+    base(pod, ip, Observed::Info(i))
+}
+
+/// A new Pod: a replica of the placeholder that never synced.
+fn fresh(pod: &str, ip: &str) -> Member {
+    let mut m = replica(pod, ip, PLACEHOLDER_HOST, 1, false);
+    if let Observed::Info(i) = &mut m.observed {
+        i.master_replid = format!("own-{pod}");
+    }
+    m
+}
+
+fn silent(pod: &str, ip: &str, since: Timestamp) -> Member {
+    base(pod, ip, Observed::Unreachable { since })
+}
+
+fn rec(pod: &str) -> RecordedPrimary {
+    RecordedPrimary {
+        pod: pod.into(),
+        run_id: format!("run-{pod}"),
+    }
+}
+
+fn info_mut(m: &mut Member) -> &mut ReplicationInfo {
+    match &mut m.observed {
+        Observed::Info(i) => i,
+        _ => panic!("no info"),
+    }
+}
+
+/// The three-member set in steady state: a primary at 10.0.0.1, b and c
+/// linked to it.
+fn steady() -> Vec<Member> {
+    vec![
+        primary("a", "10.0.0.1", 100, &[("10.0.0.2", 100), ("10.0.0.3", 90)]),
+        replica("b", "10.0.0.2", "10.0.0.1", 100, true),
+        replica("c", "10.0.0.3", "10.0.0.1", 90, true),
+    ]
+}
+
+fn promoted(plan: &Plan) -> Vec<&str> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Promote { pod, .. } => Some(pod.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replicated_to(plan: &Plan, why: Why) -> Vec<(&str, &str)> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Replicate {
+                pod,
+                primary_ip,
+                why: w,
+                ..
+            } if *w == why => Some((pod.as_str(), primary_ip.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_steady_set_is_kept_as_it_is() {
+    let p = plan(&steady(), Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("a"));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.replicated);
+    assert_eq!(p.record, Some(rec("a")));
+    assert_eq!(p.waiting, None);
+    assert_eq!(p.requeue_after, RESYNC_PERIOD);
+    assert!(!p.may_touch("a") && p.may_touch("b"));
+}
+
+#[test]
+fn a_replica_not_yet_online_keeps_replicated_false() {
+    let mut m = steady();
+    info_mut(&mut m[0]).connected_replicas[1].state = "send_bulk".into();
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(p.actions.is_empty());
+    assert!(!p.replicated);
+    assert_eq!(p.requeue_after, CONVERGE_PERIOD);
+}
+
+#[test]
+fn a_silent_primary_is_waited_for_then_the_highest_offset_is_promoted() {
+    let mut m = steady();
+    m[0] = silent("a", "10.0.0.1", t(0));
+    m[1] = replica("b", "10.0.0.2", "10.0.0.1", 80, false);
+    m[2] = replica("c", "10.0.0.3", "10.0.0.1", 95, false);
+    let p = plan(&m, Some(&rec("a")), &settings(), t(4));
+    assert!(p.actions.is_empty(), "no failover before failover_after");
+    assert_eq!(
+        p.waiting,
+        Some(Waiting::PrimaryUnreachable {
+            pod: "a".into(),
+            until: t(5)
+        })
+    );
+    assert_eq!(p.requeue_after, SECOND);
+    assert_eq!(p.primary.as_deref(), Some("a"));
+
+    let p = plan(&m, Some(&rec("a")), &settings(), t(5));
+    assert_eq!(p.cause, Some(Cause::PrimaryUnreachable));
+    assert_eq!(promoted(&p), ["c"]);
+    assert_eq!(replicated_to(&p, Why::Repoint), [("b", "10.0.0.3")]);
+    assert_eq!(p.primary.as_deref(), Some("c"));
+    assert_eq!(p.record, Some(rec("c")));
+    assert!(!p.replicated);
+}
+
+#[test]
+fn a_deleted_or_terminating_silent_primary_is_replaced_at_once() {
+    let mut m = steady();
+    m.remove(0);
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryGone));
+    assert_eq!(promoted(&p), ["b"]);
+    assert_eq!(replicated_to(&p, Why::Repoint), [("c", "10.0.0.2")]);
+
+    let mut m = steady();
+    m[0] = silent("a", "10.0.0.1", t(0));
+    m[0].deleting = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryGone));
+    assert_eq!(promoted(&p), ["b"]);
+}
+
+#[test]
+fn ties_on_offset_prefer_ready_non_retiring_then_the_name() {
+    let mut m = steady();
+    m.remove(0);
+    m[0] = replica("b", "10.0.0.2", "10.0.0.1", 90, false);
+    m[1] = replica("c", "10.0.0.3", "10.0.0.1", 90, false);
+    m[0].retiring = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["c"]);
+    m[0].retiring = false;
+    m[1].ready = false;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["b"]);
+}
+
+#[test]
+fn data_comes_first_even_from_a_retiring_replica() {
+    let mut m = steady();
+    m.remove(0);
+    m[0].retiring = true; // b: offset 100
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["b"]);
+}
+
+#[test]
+fn a_replica_in_full_sync_or_deleting_is_never_promoted() {
+    let mut m = steady();
+    m.remove(0);
+    info_mut(&mut m[0]).sync_in_progress = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["c"]);
+    let mut m = steady();
+    m.remove(0);
+    m[0].deleting = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["c"]);
+    assert!(
+        replicated_to(&p, Why::Repoint).is_empty(),
+        "a terminating replica is left alone"
+    );
+}
+
+#[test]
+fn a_returning_old_primary_is_fenced() {
+    // b was promoted while a was away; a comes back as a primary, even with
+    // a higher offset (writes nobody acknowledged through a replica).
+    let m = vec![
+        primary("a", "10.0.0.1", 500, &[]),
+        primary("b", "10.0.0.2", 300, &[("10.0.0.3", 300)]),
+        replica("c", "10.0.0.3", "10.0.0.2", 300, true),
+    ];
+    let p = plan(&m, Some(&rec("b")), &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("b"));
+    assert_eq!(replicated_to(&p, Why::Fence), [("a", "10.0.0.2")]);
+    assert!(promoted(&p).is_empty());
+    assert_eq!(p.cause, None);
+    assert!(!p.replicated);
+}
+
+#[test]
+fn fences_go_before_the_promotion_and_repoints_after() {
+    let m = vec![
+        primary("a", "10.0.0.1", 50, &[]),
+        replica("b", "10.0.0.2", "10.0.0.9", 100, false),
+        replica("c", "10.0.0.3", "10.0.0.9", 90, false),
+    ];
+    // The recorded primary (at .9) is gone; a is a stale primary.
+    let p = plan(&m, Some(&rec("x")), &settings(), t(0));
+    let kinds: Vec<&str> = p
+        .actions
+        .iter()
+        .map(|a| match a {
+            Action::Replicate {
+                why: Why::Fence, ..
+            } => "fence",
+            Action::Promote { .. } => "promote",
+            Action::Replicate {
+                why: Why::Repoint, ..
+            } => "repoint",
+            Action::Switchover { .. } => "switchover",
+        })
+        .collect();
+    assert_eq!(kinds, ["fence", "promote", "repoint"]);
+    assert_eq!(promoted(&p), ["b"]);
+}
+
+#[test]
+fn a_primary_restarted_empty_behind_the_guard_is_replaced_and_demoted() {
+    // a restarted: its new process is a replica of the placeholder, with a
+    // new run_id. b and c kept their data (NOMASTERLINK).
+    let mut m = steady();
+    m[0] = fresh("a", "10.0.0.1");
+    info_mut(&mut m[0]).run_id = "run-a-2".into();
+    m[1] = replica("b", "10.0.0.2", "10.0.0.1", 100, false);
+    m[2] = replica("c", "10.0.0.3", "10.0.0.1", 90, false);
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryRestarted));
+    assert_eq!(promoted(&p), ["b"]);
+    let mut repointed = replicated_to(&p, Why::Repoint);
+    repointed.sort();
+    assert_eq!(repointed, [("a", "10.0.0.2"), ("c", "10.0.0.2")]);
+}
+
+#[test]
+fn a_primary_restarted_empty_as_primary_never_feeds_a_promotion() {
+    // Without the guard: a came back as an empty primary with a new history;
+    // b already resynced from it (same master_replid); c still has the data.
+    let mut a = primary("a", "10.0.0.1", 10, &[("10.0.0.2", 10)]);
+    info_mut(&mut a).run_id = "run-a-2".into();
+    info_mut(&mut a).master_replid = "empty".into();
+    let mut b = replica("b", "10.0.0.2", "10.0.0.1", 10, true);
+    info_mut(&mut b).master_replid = "empty".into();
+    let c = replica("c", "10.0.0.3", "10.0.0.1", 90, false);
+    let p = plan(&[a, b, c], Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryRestarted));
+    assert_eq!(promoted(&p), ["c"]);
+    assert_eq!(replicated_to(&p, Why::Fence), [("a", "10.0.0.3")]);
+    assert_eq!(replicated_to(&p, Why::Repoint), [("b", "10.0.0.3")]);
+}
+
+#[test]
+fn a_tainted_replica_is_not_promoted_even_with_a_higher_offset() {
+    let mut a = primary("a", "10.0.0.1", 10, &[]);
+    info_mut(&mut a).run_id = "run-a-2".into();
+    info_mut(&mut a).master_replid = "empty".into();
+    let mut b = replica("b", "10.0.0.2", "10.0.0.1", 5000, true);
+    info_mut(&mut b).master_replid = "empty".into();
+    let c = replica("c", "10.0.0.3", "10.0.0.1", 90, false);
+    let p = plan(&[a, b, c], Some(&rec("a")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["c"]);
+}
+
+#[test]
+fn when_every_copy_is_gone_the_restarted_primary_is_accepted() {
+    let mut a = primary("a", "10.0.0.1", 10, &[("10.0.0.2", 10)]);
+    info_mut(&mut a).run_id = "run-a-2".into();
+    info_mut(&mut a).master_replid = "empty".into();
+    let mut b = replica("b", "10.0.0.2", "10.0.0.1", 10, true);
+    info_mut(&mut b).master_replid = "empty".into();
+    let p = plan(&[a, b], Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("a"));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(
+        p.record,
+        Some(RecordedPrimary {
+            pod: "a".into(),
+            run_id: "run-a-2".into()
+        })
+    );
+}
+
+#[test]
+fn a_single_member_that_restarted_is_promoted_again() {
+    let mut a = fresh("a", "10.0.0.1");
+    info_mut(&mut a).run_id = "run-a-2".into();
+    let p = plan(&[a], Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryRestarted));
+    assert_eq!(promoted(&p), ["a"]);
+    assert_eq!(p.record.unwrap().run_id, "run-a-2");
+}
+
+#[test]
+fn no_empty_member_is_promoted_while_the_silent_primary_may_return() {
+    let m = vec![
+        silent("a", "10.0.0.1", t(0)),
+        fresh("b", "10.0.0.2"),
+        fresh("c", "10.0.0.3"),
+    ];
+    let p = plan(&m, Some(&rec("a")), &settings(), t(60));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.waiting, Some(Waiting::NoCandidate));
+    assert_eq!(p.primary.as_deref(), Some("a"));
+}
+
+#[test]
+fn replicas_following_an_old_ip_are_repointed() {
+    // a's Pod is the same but got a new IP; b and c follow the old one.
+    let m = vec![
+        primary("a", "10.0.0.9", 100, &[]),
+        replica("b", "10.0.0.2", "10.0.0.1", 100, false),
+        replica("c", "10.0.0.3", "10.0.0.1", 90, false),
+    ];
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(
+        replicated_to(&p, Why::Repoint),
+        [("b", "10.0.0.9"), ("c", "10.0.0.9")]
+    );
+    assert!(promoted(&p).is_empty());
+}
+
+#[test]
+fn a_replica_of_a_recreated_pod_is_repointed_and_new_pods_join() {
+    let mut m = steady();
+    // b's Pod was recreated as d: a fresh replica of the placeholder.
+    m[1] = fresh("d", "10.0.0.4");
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(replicated_to(&p, Why::Repoint), [("d", "10.0.0.1")]);
+}
+
+#[test]
+fn a_new_redis_promotes_one_fresh_member() {
+    let mut m = vec![
+        fresh("c", "10.0.0.3"),
+        fresh("b", "10.0.0.2"),
+        fresh("a", "10.0.0.1"),
+    ];
+    m[2].ready = false;
+    let p = plan(&m, None, &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::NoRecord));
+    assert_eq!(promoted(&p), ["b"]);
+    assert_eq!(
+        replicated_to(&p, Why::Repoint),
+        [("c", "10.0.0.2"), ("a", "10.0.0.2")]
+    );
+}
+
+#[test]
+fn a_pod_without_an_ip_does_not_hold_up_the_first_primary() {
+    let mut pending = silent("b", "x", t(0));
+    pending.ip = None;
+    let p = plan(&[fresh("a", "10.0.0.1"), pending], None, &settings(), t(0));
+    assert_eq!(promoted(&p), ["a"]);
+}
+
+#[test]
+fn without_a_record_the_running_primary_is_adopted() {
+    let p = plan(&steady(), None, &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("a"));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.record, Some(rec("a")));
+}
+
+#[test]
+fn a_promotion_that_was_not_recorded_is_adopted() {
+    // Last round promoted b and repointed c, then the status write failed;
+    // a is gone.
+    let m = vec![
+        primary("b", "10.0.0.2", 100, &[("10.0.0.3", 100)]),
+        replica("c", "10.0.0.3", "10.0.0.2", 100, true),
+    ];
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("b"));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.record, Some(rec("b")));
+}
+
+#[test]
+fn a_retiring_primary_is_switched_over_to_a_linked_ready_replica() {
+    let mut m = steady();
+    m[0].retiring = true;
+    m[1].ready = false; // b has the highest offset but is not ready
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(
+        p.actions,
+        [Action::Switchover {
+            from: "a".into(),
+            from_ip: "10.0.0.1".into(),
+            from_port: PORT,
+            to: "c".into(),
+            to_ip: "10.0.0.3".into(),
+            to_port: PORT,
+            timeout: Duration::from_secs(10),
+        }]
+    );
+    assert_eq!(p.primary.as_deref(), Some("a"));
+    assert!(
+        !p.may_touch("a"),
+        "the primary is not touched before the handover"
+    );
+}
+
+#[test]
+fn a_terminating_primary_that_answers_is_switched_over_too() {
+    let mut m = steady();
+    m[0].deleting = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(matches!(&p.actions[..], [Action::Switchover { to, .. }] if to == "b"));
+}
+
+#[test]
+fn switchover_waits_for_repoints_and_for_a_target() {
+    let mut m = steady();
+    m[0].retiring = true;
+    m.push(fresh("d", "10.0.0.4"));
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(replicated_to(&p, Why::Repoint), [("d", "10.0.0.1")]);
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Switchover { .. }))
+    );
+
+    let mut m = steady();
+    m[0].retiring = true;
+    m[1].retiring = true;
+    m[2] = replica("c", "10.0.0.3", "10.0.0.1", 90, false); // link down
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.waiting, Some(Waiting::NoSwitchoverTarget));
+    assert!(!p.may_touch("a"));
+}
+
+#[test]
+fn during_a_failover_nothing_is_done() {
+    let mut m = steady();
+    info_mut(&mut m[0]).failover_state = "failover-in-progress".into();
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.waiting, Some(Waiting::SwitchoverInProgress));
+
+    // The instant between the two halves of a handover: a already follows
+    // b, b still follows a.
+    let m = vec![
+        replica("a", "10.0.0.1", "10.0.0.2", 100, false),
+        replica("b", "10.0.0.2", "10.0.0.1", 100, true),
+    ];
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.waiting, Some(Waiting::SwitchoverInProgress));
+}
+
+#[test]
+fn after_a_switchover_the_new_primary_is_adopted() {
+    let m = vec![
+        replica("a", "10.0.0.1", "10.0.0.2", 100, true),
+        primary(
+            "b",
+            "10.0.0.2",
+            100,
+            &[("10.0.0.1", 100), ("10.0.0.3", 100)],
+        ),
+        replica("c", "10.0.0.3", "10.0.0.1", 100, false),
+    ];
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.primary.as_deref(), Some("b"));
+    assert_eq!(p.record, Some(rec("b")));
+    assert_eq!(p.cause, None);
+    assert_eq!(replicated_to(&p, Why::Repoint), [("c", "10.0.0.2")]);
+    assert!(promoted(&p).is_empty());
+}
+
+#[test]
+fn no_members_no_plan() {
+    let p = plan(&[], Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.waiting, Some(Waiting::NoMembers));
+    assert!(p.actions.is_empty());
+}
+
+#[test]
+fn scale_down_never_picks_the_primary() {
+    let ranked: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+    assert_eq!(scale_down_victims(&ranked, 2, Some("a")), ["b", "c"]);
+    assert_eq!(scale_down_victims(&ranked, 3, Some("b")), ["a", "c", "d"]);
+    assert_eq!(scale_down_victims(&ranked, 2, None), ["a", "b"]);
+    assert_eq!(
+        scale_down_victims(&ranked, 4, Some("a")),
+        ["b", "c", "d", "a"],
+        "the primary goes last, only when every Pod goes"
+    );
+    assert!(scale_down_victims(&ranked, 0, Some("a")).is_empty());
+}
+
+// ---- properties over arbitrary observations ----
+
+#[derive(Clone, Debug)]
+enum Shape {
+    Primary { offset: i64 },
+    Replica { of: usize, offset: i64, link: bool },
+    Fresh,
+    Silent { for_secs: i64 },
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    prop_oneof![
+        (0i64..200).prop_map(|offset| Shape::Primary { offset }),
+        (0usize..6, 0i64..200, any::<bool>()).prop_map(|(of, offset, link)| Shape::Replica {
+            of,
+            offset,
+            link
+        }),
+        Just(Shape::Fresh),
+        (0i64..20).prop_map(|for_secs| Shape::Silent { for_secs }),
+    ]
+}
+
+fn build(shapes: &[(Shape, bool, bool, bool)]) -> Vec<Member> {
+    let ip = |n: usize| format!("10.0.0.{}", n + 1);
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(n, (s, ready, deleting, retiring))| {
+            let pod = format!("p{n}");
+            let mut m = match s {
+                Shape::Primary { offset } => primary(&pod, &ip(n), *offset, &[]),
+                Shape::Replica { of, offset, link } => {
+                    replica(&pod, &ip(n), &ip(*of), *offset, *link)
+                }
+                Shape::Fresh => fresh(&pod, &ip(n)),
+                Shape::Silent { for_secs } => silent(&pod, &ip(n), t(-for_secs)),
+            };
+            m.ready = *ready;
+            m.deleting = *deleting;
+            m.retiring = *retiring;
+            m
+        })
+        .collect()
+}
+
+/// The roles once every action of the plan has taken effect (a switchover
+/// swaps the two roles).
+fn roles_after(members: &[Member], p: &Plan) -> Vec<(String, Option<Role>)> {
+    let mut roles: Vec<(String, Option<Role>)> = members
+        .iter()
+        .map(|m| (m.pod.clone(), m.info().map(|i| i.role)))
+        .collect();
+    let set = |roles: &mut Vec<(String, Option<Role>)>, pod: &str, r| {
+        if let Some(e) = roles.iter_mut().find(|(p, _)| p == pod) {
+            e.1 = Some(r);
+        }
+    };
+    for a in &p.actions {
+        match a {
+            Action::Replicate { pod, .. } => set(&mut roles, pod, Role::Replica),
+            Action::Promote { pod, .. } => set(&mut roles, pod, Role::Primary),
+            Action::Switchover { from, to, .. } => {
+                set(&mut roles, from, Role::Replica);
+                set(&mut roles, to, Role::Primary);
+            }
+        }
+    }
+    roles
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn never_two_primaries_and_never_an_empty_one_over_data(
+        shapes in prop::collection::vec((shape(), any::<bool>(), any::<bool>(), any::<bool>()), 1..6),
+        recorded in prop::option::of(0usize..6),
+    ) {
+        let members = build(&shapes);
+        let recorded = recorded.map(|n| rec(&format!("p{n}")));
+        let p = plan(&members, recorded.as_ref(), &settings(), t(0));
+
+        // At most one member that answers is primary afterwards, and it is
+        // the plan's primary.
+        let primaries: Vec<String> = roles_after(&members, &p)
+            .into_iter()
+            .filter(|(_, r)| *r == Some(Role::Primary))
+            .map(|(pod, _)| pod)
+            .collect();
+        let switching = p.actions.iter().any(|a| matches!(a, Action::Switchover { .. }));
+        // (While waiting, the planner changes no roles at all.)
+        if p.waiting.is_none() {
+            prop_assert!(primaries.len() <= 1, "{primaries:?} from {:?}", p.actions);
+        } else {
+            prop_assert!(p.actions.is_empty() || p.waiting == Some(Waiting::NoSwitchoverTarget));
+        }
+        if !p.actions.is_empty() && !switching {
+            prop_assert_eq!(primaries.first(), p.primary.as_ref());
+        }
+
+        // Only a member with an address is acted on; nothing is promoted
+        // twice; a switchover comes alone.
+        prop_assert!(promoted(&p).len() <= 1);
+        if switching {
+            prop_assert_eq!(p.actions.len(), 1);
+        }
+
+        // A promoted member holds the data whenever any member that answers
+        // does (it is not fresh, not syncing) and has the highest offset
+        // among those that hold it.
+        if let Some(new) = promoted(&p).first() {
+            let m = members.iter().find(|m| m.pod == *new).unwrap();
+            prop_assert!(!m.deleting);
+            let holders: Vec<&Member> = members
+                .iter()
+                .filter(|m| !m.deleting)
+                .filter(|m| m.info().is_some_and(|i| !follows_placeholder(i) && !i.sync_in_progress))
+                .filter(|m| recorded.as_ref().is_none_or(|r| r.pod != m.pod))
+                .collect();
+            if !holders.is_empty() {
+                let best = holders.iter().map(|h| h.info().unwrap().offset()).max().unwrap();
+                prop_assert!(m.info().unwrap().offset() >= best);
+            }
+        }
+
+        // The engine may touch every Pod but the primary.
+        if let Some(pp) = &p.primary {
+            prop_assert!(!p.may_touch(pp));
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn scale_down_takes_the_first_non_primaries_in_the_engine_order(
+        n in 0usize..8, excess in 0usize..10, primary in prop::option::of(0usize..8),
+    ) {
+        let ranked: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+        let primary = primary.map(|i| format!("p{i}"));
+        let victims = scale_down_victims(&ranked, excess, primary.as_deref());
+        prop_assert_eq!(victims.len(), excess.min(n));
+        let others: Vec<&String> = ranked.iter().filter(|p| Some(*p) != primary.as_ref()).collect();
+        if let Some(p) = &primary && victims.contains(p) {
+            prop_assert!(excess > others.len(), "the primary only goes with everyone else");
+            prop_assert_eq!(victims.last(), Some(p));
+        }
+        for (v, o) in victims.iter().zip(others) {
+            if Some(v) != primary.as_ref() {
+                prop_assert_eq!(v, o);
+            }
+        }
+    }
+}
