@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
-use podkeeper::replication::act::{self, PodRef, Round, Silence};
+use podkeeper::replication::act::{self, Memory, PodRef, Round};
 use podkeeper::replication::client::{Endpoint, Node, Timeouts};
 use podkeeper::replication::config;
 use podkeeper::replication::info::Role;
@@ -159,7 +159,7 @@ impl Server {
 struct Set {
     servers: Vec<Server>,
     recorded: Option<RecordedPrimary>,
-    silence: Silence,
+    memory: Memory,
     retiring: BTreeSet<String>,
     password: Option<String>,
 }
@@ -174,7 +174,7 @@ impl Set {
         Set {
             servers,
             recorded: None,
-            silence: Silence::default(),
+            memory: Memory::default(),
             retiring: BTreeSet::new(),
             password: password.map(str::to_string),
         }
@@ -210,7 +210,7 @@ impl Set {
             &settings(),
             self.password.as_deref(),
             timeouts(),
-            &self.silence,
+            &self.memory,
             Timestamp::now(),
         )
         .await;

@@ -173,6 +173,9 @@ pub enum Waiting {
     /// The primary must be handed over but no replica is linked, caught up
     /// and ready.
     NoSwitchoverTarget,
+    /// A switchover from this primary was sent recently and did not
+    /// complete; the next may go at `until` (set by `act`, which remembers).
+    SwitchoverCoolingDown { until: Timestamp },
     /// There are no members.
     NoMembers,
 }
