@@ -71,7 +71,28 @@ struct Server {
 }
 
 impl Server {
+    /// Starts a server on a free port (another port if the one picked was
+    /// taken in the meantime).
+    async fn start_anywhere(name: &str, password: Option<&str>) -> Server {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Server::try_start(name, free_port(), password).await {
+                Ok(s) => return s,
+                Err(log) => last = log,
+            }
+        }
+        panic!("{name} did not start on any of 5 free ports; last log:\n{last}");
+    }
+
+    /// Starts a server on `port` (a container restart keeps its port).
     async fn start(name: &str, port: u16, password: Option<&str>) -> Server {
+        Server::try_start(name, port, password)
+            .await
+            .unwrap_or_else(|log| panic!("{name} did not start on port {port}; log:\n{log}"))
+    }
+
+    /// The server once it answers PING, or its log if it exited.
+    async fn try_start(name: &str, port: u16, password: Option<&str>) -> Result<Server, String> {
         redis_server_installed();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("redis.log");
@@ -93,7 +114,7 @@ impl Server {
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", cmd[0]));
-        let server = Server {
+        let mut server = Server {
             name: name.into(),
             port,
             password: password.map(str::to_string),
@@ -106,12 +127,15 @@ impl Server {
             if let Ok(node) = server.node().await
                 && node.command::<String>(&redis::cmd("PING")).await.is_ok()
             {
-                return server;
+                return Ok(server);
+            }
+            let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+            if server.child.try_wait().unwrap().is_some() {
+                return Err(log);
             }
             assert!(
                 start.elapsed() < DEADLINE,
-                "{name} on port {port} did not answer PING; log: {}",
-                std::fs::read_to_string(&server.log).unwrap_or_default()
+                "{name} on port {port} did not answer PING; log:\n{log}"
             );
             tokio::time::sleep(POLL).await;
         }
@@ -169,7 +193,7 @@ impl Set {
         let mut servers = Vec::new();
         for i in 0..n {
             let name = format!("m{i}");
-            servers.push(Server::start(&name, free_port(), password).await);
+            servers.push(Server::start_anywhere(&name, password).await);
         }
         Set {
             servers,
@@ -769,8 +793,7 @@ async fn a_deleted_primary_pod_is_replaced_at_once_and_its_successor_joins_as_a_
     // name and address, is created in its place.
     set.server_mut(&old).kill9().await;
     set.servers.retain(|s| s.name != old);
-    set.servers
-        .push(Server::start("m3", free_port(), None).await);
+    set.servers.push(Server::start_anywhere("m3", None).await);
     let round = set.round().await;
     assert_eq!(
         round.plan.cause,
@@ -878,8 +901,7 @@ async fn chaos_keeps_one_primary_and_every_acknowledged_write() {
                 set.servers.retain(|s| s.name != primary);
                 let name = format!("m{next}");
                 next += 1;
-                set.servers
-                    .push(Server::start(&name, free_port(), None).await);
+                set.servers.push(Server::start_anywhere(&name, None).await);
                 done.push(format!("delete primary {primary}, add {name}"));
             }
             3 => {
