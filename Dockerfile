@@ -1,16 +1,12 @@
-# podkeeper image: a static binary on distroless, running as non-root.
-# Build: docker build -t podkeeper:dev .   (or `just image`)
-FROM docker.io/library/rust:1.95-bookworm AS build
-WORKDIR /src
-COPY . .
-# glibc with crt-static gives a self-contained binary (no libc in the final
-# image); `just static` builds the same thing outside Docker.
-RUN RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --release --locked --target x86_64-unknown-linux-gnu \
- && cp target/x86_64-unknown-linux-gnu/release/podkeeper /podkeeper
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /podkeeper /podkeeper
+# podkeeper image: the static release binary alone, running as non-root.
+#
+# `just image` builds it: it runs `just static` (glibc with crt-static, a
+# self-contained binary) and uses a build context holding only that binary,
+# so nothing is pulled. There is no shell and no libc in the image.
+# Dockerfile.from-source builds the same image from a Rust base image, for
+# machines that can pull one.
+FROM scratch
+COPY podkeeper /podkeeper
 USER 65532:65532
 ENTRYPOINT ["/podkeeper"]
 CMD ["run", "--leader-elect"]

@@ -23,17 +23,25 @@ crds:
 static:
     RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target x86_64-unknown-linux-gnu
 
-# Build the container image (needs a Docker engine).
-image:
-    docker build -t {{image}} .
+# Build the operator image from the `just static` binary (needs a Docker engine; pulls nothing).
+image: static
+    mkdir -p target/image
+    cp target/x86_64-unknown-linux-gnu/release/podkeeper target/image/podkeeper
+    docker build -t {{image}} -f Dockerfile target/image
 
-# Create the kind cluster unless it exists.
+# The kind cluster (1 control plane, 2 workers) with real containers: builds the kind binary,
+# the node image and the Redis/httpd images from source on first use (cached), creates the
+# cluster unless it exists, and loads the images. See README "kind".
 kind-up:
-    kind get clusters | grep -qx {{kind_cluster}} || kind create cluster --name {{kind_cluster}}
+    cargo run -q -- kind up --name {{kind_cluster}}
 
-# Load the image into kind (imagePullPolicy is IfNotPresent).
+# Load the operator image into kind (imagePullPolicy is IfNotPresent).
 kind-load:
-    kind load docker-image {{image}} --name {{kind_cluster}}
+    cargo run -q -- kind load --name {{kind_cluster}} {{image}}
+
+# Delete the kind cluster.
+kind-down:
+    cargo run -q -- kind down --name {{kind_cluster}}
 
 # Install CRDs, RBAC and the operator with kustomize.
 deploy:
@@ -43,18 +51,19 @@ deploy:
 undeploy:
     kubectl delete -k manifests/ --ignore-not-found
 
-# The integration suite on kind (default) or on the local control plane (`just e2e local`).
-e2e target="kind":
+# The integration suite on kind (default) against the deployed operator, or on the local
+# control plane (`just e2e local`). Extra arguments go to `cargo test --test it`.
+e2e target="kind" *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
-    if [ "{{target}}" = "local" ]; then exec cargo test --test it; fi
-    just kind-up image kind-load
-    kubectl config use-context kind-{{kind_cluster}}
-    just deploy
-    kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=180s
-    kc=$(mktemp)
-    kind get kubeconfig --name {{kind_cluster}} > "$kc"
-    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed cargo test --test it
+    if [ "{{target}}" = "local" ]; then exec cargo test --test it {{ARGS}}; fi
+    kc=$(cargo run -q -- kind up --name {{kind_cluster}})
+    export KUBECONFIG="$kc"
+    just image kind-load
+    kubectl apply -k manifests/
+    kubectl -n podkeeper-system rollout restart deploy/podkeeper
+    kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
+    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed cargo test --test it {{ARGS}}
 
 # Benchmarks (release build): see BENCHMARKS.md.
 bench *ARGS:

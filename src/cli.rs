@@ -1,6 +1,7 @@
 //! Command-line interface.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -36,12 +37,59 @@ pub enum Command {
     /// Benchmark convergence against the ReplicaSet controller and the API
     /// server's ceiling, on a local control plane (use a release build).
     Bench(BenchArgs),
+    /// kind clusters with real containers, on machines that cannot pull
+    /// images: everything is built from Go modules and Debian packages.
+    Kind {
+        #[command(subcommand)]
+        command: KindCommand,
+    },
     /// Print every CustomResourceDefinition as YAML.
     Crd {
         /// Write one file per CRD, and a kustomization, into this directory.
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KindCommand {
+    /// Build what is missing, create the cluster unless it exists, set up
+    /// its Pod network and load the Redis and httpd images; prints the path
+    /// of its kubeconfig.
+    Up {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+        /// Worker nodes besides the control plane.
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+    },
+    /// Build the node image and everything in it; prints its tag.
+    NodeImage,
+    /// Build the workload images (Redis, httpd); prints their names.
+    Images,
+    /// Load Docker images into the cluster.
+    Load {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+        /// Image names.
+        #[arg(required = true)]
+        images: Vec<String>,
+    },
+    /// Delete the cluster.
+    Down {
+        #[command(flatten)]
+        cluster: KindClusterArgs,
+    },
+    /// Print the path of the kind binary (built from its Go module if
+    /// missing).
+    Bin,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct KindClusterArgs {
+    /// Name of the kind cluster.
+    #[arg(long, default_value = "podkeeper")]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]
@@ -77,6 +125,11 @@ pub struct DevArgs {
     /// Start a local cluster even when a kubeconfig is configured.
     #[arg(long)]
     pub local: bool,
+    /// Run the operator against a kind cluster with real containers
+    /// (`podkeeper kind up`: built and created on first use, then kept)
+    /// instead of the local control plane.
+    #[arg(long, conflicts_with_all = ["local", "cluster_only", "nodes"])]
+    pub kind: bool,
     /// Raise the QPS limits of the local control plane (for benchmarks).
     #[arg(long, hide = true)]
     pub raise_qps_limits: bool,
@@ -103,19 +156,138 @@ pub struct RunArgs {
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "podkeeper-leader")]
     pub leader_election_id: String,
-    /// Seconds a leader's Lease stays valid without renewal.
+    /// Seconds a leader's Lease stays valid without renewal (how long a
+    /// standby waits before it takes over from a leader that died).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..))]
     pub leader_election_lease_duration: u64,
-    /// Where /metrics is served ("0" disables).
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    pub metrics_bind_address: String,
-    /// Where /livez, /healthz and /readyz are served ("0" disables).
-    #[arg(long, default_value = "0.0.0.0:8081")]
-    pub health_probe_bind_address: String,
+    /// How long the leader keeps acting without renewing its Lease; past it,
+    /// the process stops (and exits with an error), before the Lease can
+    /// expire for a standby. Shorter than the lease duration. "10s", "1500ms".
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// How often the leader renews and a standby looks at the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
+    /// Where /metrics is served ("0" disables) [default: 0.0.0.0:8080; for
+    /// `dev`, a free port on 127.0.0.1].
+    #[arg(long)]
+    pub metrics_bind_address: Option<String>,
+    /// Where /livez, /healthz and /readyz are served ("0" disables)
+    /// [default: 0.0.0.0:8081; for `dev`, a free port on 127.0.0.1].
+    #[arg(long)]
+    pub health_probe_bind_address: Option<String>,
     /// Reconciles running at once, per kind. Requests for objects waiting
     /// their turn are merged, so under load one reconcile (and one status
     /// write) covers many Pod changes, as with the ReplicaSet controller's
     /// five workers.
     #[arg(long, env = "PODKEEPER_CONCURRENT_RECONCILES", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_reconciles: u16,
+    /// Print the metrics and probe URLs on standard output once they are
+    /// served (`dev` does).
+    #[arg(skip)]
+    pub print_endpoints: bool,
+}
+
+impl RunArgs {
+    /// The metrics address, `run`'s default if none was given.
+    pub fn metrics_address(&self) -> &str {
+        self.metrics_bind_address
+            .as_deref()
+            .unwrap_or("0.0.0.0:8080")
+    }
+
+    /// The probe address, `run`'s default if none was given.
+    pub fn probe_address(&self) -> &str {
+        self.health_probe_bind_address
+            .as_deref()
+            .unwrap_or("0.0.0.0:8081")
+    }
+
+    /// `dev`'s defaults: loopback, on ports the kernel picks, so that a
+    /// busy 8080 never stops a developer; the URLs are printed.
+    pub fn with_dev_defaults(mut self) -> Self {
+        for address in [
+            &mut self.metrics_bind_address,
+            &mut self.health_probe_bind_address,
+        ] {
+            address.get_or_insert_with(|| "127.0.0.1:0".to_string());
+        }
+        self.print_endpoints = true;
+        self
+    }
+
+    /// The leader-election durations.
+    pub fn leader_election_timing(&self) -> crate::leader::Timing {
+        crate::leader::Timing {
+            lease_duration: Duration::from_secs(self.leader_election_lease_duration),
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+        }
+    }
+}
+
+/// A duration such as "10s", "1500ms", "1m" or "2" (seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 10s or 1500ms"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?} (use ms, s or m)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_go_flags() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("10h").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn run_keeps_its_ports_and_dev_moves_to_free_loopback_ports() {
+        let run = Cli::parse_from(["podkeeper", "run"]);
+        let Command::Run(args) = run.command else {
+            panic!("run")
+        };
+        assert_eq!(args.metrics_address(), "0.0.0.0:8080");
+        assert_eq!(args.probe_address(), "0.0.0.0:8081");
+        assert!(!args.print_endpoints);
+        assert_eq!(args.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(args.leader_election_retry_period, Duration::from_secs(2));
+        let dev = Cli::parse_from(["podkeeper", "dev"]);
+        let Command::Dev(args) = dev.command else {
+            panic!("dev")
+        };
+        let args = args.operator.with_dev_defaults();
+        assert_eq!(args.metrics_address(), "127.0.0.1:0");
+        assert_eq!(args.probe_address(), "127.0.0.1:0");
+        assert!(args.print_endpoints);
+        let chosen = Cli::parse_from(["podkeeper", "dev", "--metrics-bind-address", ":9090"]);
+        let Command::Dev(args) = chosen.command else {
+            panic!("dev")
+        };
+        assert_eq!(args.operator.with_dev_defaults().metrics_address(), ":9090");
+    }
 }

@@ -19,6 +19,9 @@ async fn cluster_configured() -> bool {
 }
 
 pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
+    if args.kind {
+        return crate::kind::dev::run(args).await;
+    }
     let local =
         args.local || args.cluster_only || args.kubeconfig.is_some() || !cluster_configured().await;
     let stop = stop_signal(args.exit_on_stdin_eof).shared();
@@ -26,7 +29,7 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         let client = operator::client_from_env().await?;
         eprintln!("podkeeper: using the configured cluster; installing CRDs");
         operator::install_crds(&client).await?;
-        return operator::run(client, args.operator, stop).await;
+        return operator::run(client, args.operator.with_dev_defaults(), stop).await;
     }
 
     let cluster = tokio::select! {
@@ -59,7 +62,8 @@ async fn serve(
             stop.clone().await;
             Ok(())
         } else {
-            operator::run(client, args.operator.clone(), stop.clone()).await
+            let operator_args = args.operator.clone().with_dev_defaults();
+            operator::run(client, operator_args, stop.clone()).await
         }
     };
     let result = tokio::select! {

@@ -2,9 +2,10 @@
 //!
 //! - `/metrics`: Prometheus text format.
 //! - `/livez` (and `/healthz`): the process is serving.
-//! - `/readyz`: every watch has completed its first list, and shutdown has
-//!   not begun.
+//! - `/readyz`: every watch has completed its first list (a standby, which
+//!   has none, once it campaigns for the Lease), and shutdown has not begun.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -54,14 +55,23 @@ async fn bind(address: &str, what: &str) -> Result<Option<TcpListener>, crate::E
     Ok(Some(listener))
 }
 
-/// Starts both servers in the background.
+/// Where the servers listen (None: disabled).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Endpoints {
+    pub metrics: Option<SocketAddr>,
+    pub probes: Option<SocketAddr>,
+}
+
+/// Starts both servers in the background; returns where they listen.
 pub async fn serve(
     metrics_address: &str,
     probe_address: &str,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
-) -> Result<(), crate::Error> {
+) -> Result<Endpoints, crate::Error> {
+    let mut endpoints = Endpoints::default();
     if let Some(listener) = bind(metrics_address, "metrics").await? {
+        endpoints.metrics = listener.local_addr().ok();
         let app = Router::new().route(
             "/metrics",
             get(move || {
@@ -80,6 +90,7 @@ pub async fn serve(
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     if let Some(listener) = bind(probe_address, "health probes").await? {
+        endpoints.probes = listener.local_addr().ok();
         let ready = readiness.clone();
         let app = Router::new()
             .route("/livez", get(|| async { "ok" }))
@@ -99,7 +110,7 @@ pub async fn serve(
             );
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
-    Ok(())
+    Ok(endpoints)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //!   (not wired into the controller yet).
 //! - [`localcluster`]: a real control plane built from source, for `dev` and
 //!   the tests.
+//! - [`kind`]: kind clusters with real containers, images built from source.
 
 pub mod bench;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod crd;
 pub mod dev;
 pub mod engine;
 pub mod http;
+pub mod kind;
 pub mod leader;
 pub mod localcluster;
 pub mod metrics;
@@ -31,6 +33,8 @@ pub mod telemetry;
 pub enum Error {
     #[error(transparent)]
     LocalCluster(#[from] localcluster::Error),
+    #[error(transparent)]
+    Kind(#[from] kind::Error),
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
     #[error("kubeconfig: {0}")]

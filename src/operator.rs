@@ -1,4 +1,4 @@
-//! Wiring: one Pod watch, the controllers, and shutdown.
+//! Wiring: leader election, one Pod watch, the controllers, and shutdown.
 
 use std::sync::Arc;
 
@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Error as ControllerError};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -16,11 +15,13 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
-use crate::controller::application::AppContext;
+use crate::controller::podset::{self, Ctx, NoExtras};
+use crate::controller::service::ServiceExtras;
 use crate::controller::{
     self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, pod_watch,
 };
 use crate::crd::{Application, Redis};
+use crate::engine::events::EventRecorder;
 use crate::engine::executor::Executor;
 use crate::engine::expectations::Expectations;
 use crate::http::{self, Readiness};
@@ -141,9 +142,12 @@ async fn log_results<K: Resource, E: std::error::Error + 'static>(
 }
 
 /// Runs every controller until `shutdown` resolves; in-flight reconciles
-/// finish first. With `--leader-elect`, controllers run only while this
-/// process holds the Lease; losing it ends the process with an error, and
-/// stopping releases it so that a standby takes over at once.
+/// finish first. With `--leader-elect`, the process campaigns first and
+/// starts its watches and controllers only once it holds the Lease, so a
+/// standby holds no cache and buffers no events. Losing the Lease (another
+/// holder, or no renewal within the renew deadline) stops everything at once
+/// and ends the process with an error; stopping releases the Lease so that a
+/// standby takes over at once.
 pub async fn run(
     client: Client,
     args: RunArgs,
@@ -152,13 +156,16 @@ pub async fn run(
     let shutdown = shutdown.shared();
     let metrics = Metrics::new();
     let readiness = Arc::new(Readiness::default());
-    http::serve(
-        &args.metrics_bind_address,
-        &args.health_probe_bind_address,
+    let endpoints = http::serve(
+        args.metrics_address(),
+        args.probe_address(),
         metrics.clone(),
         readiness.clone(),
     )
     .await?;
+    if args.print_endpoints {
+        print_endpoints(&endpoints);
+    }
     {
         let readiness = readiness.clone();
         let shutdown = shutdown.clone();
@@ -167,6 +174,26 @@ pub async fn run(
             readiness.set_stopping();
         });
     }
+
+    let leadership = match args.leader_elect {
+        true => match lead(&client, &args, &readiness, shutdown.clone()).await? {
+            Some(l) => Some(l),
+            None => return Ok(()),
+        },
+        false => None,
+    };
+    let lost = match &leadership {
+        Some(l) => l.lost().boxed(),
+        None => futures::future::pending().boxed(),
+    }
+    .shared();
+    let stop = {
+        let (shutdown, lost) = (shutdown.clone(), lost.clone());
+        async move {
+            tokio::select! { _ = shutdown => {}, _ = lost => {} }
+        }
+        .shared()
+    };
 
     let namespace = args.namespace.as_deref();
     let expectations = Arc::new(Expectations::default());
@@ -184,7 +211,7 @@ pub async fn run(
             relisted: vec![redis_relist_tx, app_relist_tx],
         },
     );
-    let pod_task = tokio::spawn(pod_driver);
+    let pod_task = AbortOnDrop(tokio::spawn(pod_driver));
     info!(
         namespace = namespace.unwrap_or("<all>"),
         "waiting for the initial Pod list"
@@ -193,56 +220,26 @@ pub async fn run(
     // too few Pods and create duplicates.
     tokio::select! {
         r = pods.wait_until_ready() => r.map_err(|e| crate::Error::Other(format!("pod cache: {e}")))?,
-        _ = shutdown.clone() => { pod_task.abort(); return Ok(()); }
+        _ = stop.clone() => return stopped(leadership, &lost, &shutdown).await,
     }
     readiness.set_synced();
 
-    let mut leadership = None;
-    if args.leader_elect {
-        let lease_namespace = args.leader_election_namespace.clone().ok_or_else(|| {
-            crate::Error::Other(
-                "--leader-elect needs --leader-election-namespace or POD_NAMESPACE".into(),
-            )
-        })?;
-        let mut l = Leadership::campaign(
-            client.clone(),
-            &lease_namespace,
-            &args.leader_election_id,
-            args.leader_election_lease_duration,
-        )
-        .await?;
-        tokio::select! {
-            r = l.acquired() => r?,
-            _ = shutdown.clone() => { l.release().await; pod_task.abort(); return Ok(()); }
-        }
-        info!(identity = %l.identity, "became the leader");
-        leadership = Some(l);
-    }
-    let lost = match &leadership {
-        Some(l) => l.lost().boxed(),
-        None => futures::future::pending().boxed(),
-    }
-    .shared();
-    let stop = {
-        let (shutdown, lost) = (shutdown.clone(), lost.clone());
-        async move {
-            tokio::select! { _ = shutdown => {}, _ = lost => {} }
-        }
-        .shared()
-    };
-
-    let reporter = Reporter {
-        controller: "podkeeper".into(),
-        instance: leadership.as_ref().map(|l| l.identity.clone()),
-    };
+    let recorder = EventRecorder::new(
+        client.clone(),
+        "podkeeper",
+        leadership.as_ref().map(|l| l.identity.clone()),
+    );
     let executor = Executor {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: Arc::new(recorder),
         expectations,
         metrics,
         controller: controller::redis::CONTROLLER,
     };
-    let redis_ctx = Context::new(client.clone(), executor.clone(), pods.clone());
+    let redis_ctx = Ctx::<Redis>::new(
+        Context::new(client.clone(), executor.clone(), pods.clone()),
+        NoExtras,
+    );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let (app_ctx, services) = application_context(&client, namespace, executor, pods);
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
@@ -252,7 +249,7 @@ pub async fn run(
             readiness.clone(),
             redis_store.clone(),
             app_store.clone(),
-            app_ctx.services.clone(),
+            app_ctx.extras.services.clone(),
         );
         tokio::spawn(async move {
             let _ = redis_store.wait_until_ready().await;
@@ -269,8 +266,8 @@ pub async fn run(
         .with_config(controller_config.clone())
         .graceful_shutdown_on(stop.clone())
         .run(
-            controller::redis::reconcile,
-            controller::redis::error_policy,
+            podset::reconcile::<Redis>,
+            podset::error_policy::<Redis>,
             redis_ctx,
         );
     let applications = Controller::for_stream(app_stream, app_store)
@@ -280,28 +277,92 @@ pub async fn run(
         .with_config(controller_config)
         .graceful_shutdown_on(stop.clone())
         .run(
-            controller::application::reconcile,
-            controller::application::error_policy,
+            podset::reconcile::<Application>,
+            podset::error_policy::<Application>,
             app_ctx,
         );
     info!("controllers started");
-    futures::join!(log_results(redis), log_results(applications));
-    pod_task.abort();
+    let controllers = async {
+        futures::join!(log_results(redis), log_results(applications));
+    };
+    tokio::select! {
+        biased;
+        // A leader that lost its Lease stops acting now: dropping the
+        // controllers cancels their in-flight requests.
+        _ = lost.clone() => {}
+        _ = controllers => {}
+    }
+    drop(pod_task);
+    stopped(leadership, &lost, &shutdown).await
+}
+
+/// Campaigns for the Lease; returns it once held, or None if `shutdown`
+/// came first. A standby is ready (for its probe) once it campaigns: it has
+/// nothing else to wait for.
+async fn lead(
+    client: &Client,
+    args: &RunArgs,
+    readiness: &Readiness,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Option<Leadership>, crate::Error> {
+    let lease_namespace = args.leader_election_namespace.clone().ok_or_else(|| {
+        crate::Error::Other(
+            "--leader-elect needs --leader-election-namespace or POD_NAMESPACE".into(),
+        )
+    })?;
+    let mut l = Leadership::campaign(
+        client.clone(),
+        &lease_namespace,
+        &args.leader_election_id,
+        args.leader_election_timing(),
+    )?;
+    readiness.set_synced();
+    tokio::select! {
+        r = l.acquired() => r?,
+        _ = shutdown => { l.release().await; return Ok(None); }
+    }
+    info!(identity = %l.identity, "became the leader");
+    Ok(Some(l))
+}
+
+/// The end of [`run`]: an error if the Lease was lost, else the Lease is
+/// released.
+async fn stopped(
+    leadership: Option<Leadership>,
+    lost: &futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+    shutdown: &futures::future::Shared<impl Future<Output = ()>>,
+) -> Result<(), crate::Error> {
     let lost_leadership = leadership.is_some()
         && lost.clone().now_or_never().is_some()
         && shutdown.clone().now_or_never().is_none();
-    // Every receiver of the leadership channel must be gone for the Lease
-    // to be released.
-    drop(stop);
-    drop(lost);
-    if let Some(l) = leadership {
-        l.release().await;
-    }
     if lost_leadership {
         return Err(crate::Error::Other("lost the leader Lease".into()));
     }
+    if let Some(l) = leadership {
+        l.release().await;
+    }
     info!("stopped");
     Ok(())
+}
+
+/// Aborts the task when dropped, so that every way out of [`run`] stops the
+/// Pod watch.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Tells a developer where the metrics and probes are.
+fn print_endpoints(endpoints: &http::Endpoints) {
+    if let Some(address) = endpoints.metrics {
+        println!("podkeeper: metrics at http://{address}/metrics");
+    }
+    if let Some(address) = endpoints.probes {
+        println!("podkeeper: probes at http://{address}/readyz (and /livez, /healthz)");
+    }
 }
 
 type ServiceTrigger = std::pin::Pin<Box<dyn Stream<Item = Result<Service, watcher::Error>> + Send>>;
@@ -314,7 +375,7 @@ fn application_context(
     namespace: Option<&str>,
     executor: Executor,
     pods: pod_watch::PodCache,
-) -> (Arc<AppContext>, ServiceTrigger) {
+) -> (Arc<Ctx<Application>>, ServiceTrigger) {
     let (services, writer) = reflector::store();
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
@@ -330,10 +391,10 @@ fn application_context(
         controller: controller::application::CONTROLLER,
         ..executor
     };
-    let ctx = Arc::new(AppContext {
-        inner: Context::new(client.clone(), executor, pods),
-        services,
-    });
+    let ctx = Ctx::<Application>::new(
+        Context::new(client.clone(), executor, pods),
+        ServiceExtras { services },
+    );
     (ctx, stream)
 }
 

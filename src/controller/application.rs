@@ -1,49 +1,28 @@
-//! The Application reconciler: Pods from `spec.deployment` with Deployment's
-//! rollout semantics, run by the shared Pod engine, plus a Service from
-//! `spec.service`, applied with server-side apply.
+//! Application as a [`PodSet`]: Pods from `spec.deployment` with
+//! Deployment's rollout semantics, and its status, all pure; the Service
+//! from `spec.service` is its [`ServiceExtras`]. The generic reconciler in
+//! [`super::podset`] does the rest.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Instant;
 
-use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
-use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
+use k8s_openapi::api::apps::v1::DeploymentStatus;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::reflector::Store;
-use kube::{Api, ResourceExt};
-use serde_json::Value;
-use tracing::instrument;
+use kube::ResourceExt;
+use kube::core::{Selector, SelectorExt};
 
-use super::{
-    Context, Error, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action,
-    selector,
-};
+use super::conditions::{self, Cond, truth};
+use super::podset::{PodSet, PodSetSpec, Report};
+use super::service::{Network, ServiceExtras};
+use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::{Application, ApplicationStatus};
-use crate::engine::executor::{Outcome, Owner};
-use crate::engine::hash::{revision_of, stamp, template_hash};
-use crate::engine::plan;
-use crate::engine::plan::{Desired, IntOrPercent, Plan, Strategy, resolve_rolling};
+use crate::engine::hash::{revision_of, stamp};
+use crate::engine::plan::{Counts, Desired, IntOrPercent, Strategy, resolve_rolling};
 
 pub const CONTROLLER: &str = "application";
 const KIND: &str = "Application";
-const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-/// Hash of the Service podkeeper last applied, to notice fields removed
-/// from `spec.service`.
-const APPLIED_HASH_ANNOTATION: &str = "podkeeper.dev/applied-hash";
 const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
-
-/// What the controller needs besides the Pod engine.
-pub struct AppContext {
-    pub inner: Arc<Context>,
-    /// Services labelled as managed by podkeeper.
-    pub services: Store<Service>,
-}
 
 /// The rollout settings of an Application, with Deployment's defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,10 +111,11 @@ fn pod_labels(app: &Application) -> BTreeMap<String, String> {
 /// Checks what the schema cannot. Pure.
 pub fn validate(app: &Application) -> Result<Rollout, String> {
     let d = &app.spec.deployment;
-    if !selector::matches(&d.selector, &pod_labels(app)) {
+    let selector = Selector::try_from(d.selector.clone())
+        .map_err(|e| format!("spec.deployment.selector: {e}"))?;
+    if !selector.matches(&pod_labels(app)) {
         return Err(format!(
-            "spec.deployment.selector ({}) does not match the Pod template's labels",
-            selector::to_string(&d.selector)
+            "spec.deployment.selector ({selector}) does not match the Pod template's labels"
         ));
     }
     if d.template
@@ -174,268 +154,156 @@ pub fn pod_template(app: &Application) -> PodTemplateSpec {
     metadata.owner_references = None;
     stamp(template)
 }
+/// The label selector in string form (for the scale subresource).
+fn selector_string(app: &Application) -> String {
+    Selector::try_from(app.spec.deployment.selector.clone())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
 
-/// The Service to apply, if `spec.service` is set. Pure.
-pub fn desired_service(app: &Application, owner: &Owner) -> Option<Service> {
-    let mut spec = app.spec.service.clone()?;
-    if spec.selector.as_ref().is_none_or(|s| s.is_empty()) {
-        spec.selector = app.spec.deployment.selector.match_labels.clone();
-    }
-    for port in spec.ports.iter_mut().flatten() {
-        port.protocol.get_or_insert_with(|| "TCP".into());
-    }
-    let mut service = Service {
-        metadata: ObjectMeta {
-            name: Some(owner.name.clone()),
-            namespace: Some(owner.namespace.clone()),
-            labels: Some(
-                [
-                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-                    (INSTANCE_LABEL.to_string(), owner.name.clone()),
-                ]
-                .into(),
-            ),
-            owner_references: Some(vec![owner.reference.clone()]),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
+/// Whether the rollout moved forward since `before`, as the Deployment
+/// controller judges it: more updated, ready or available Pods, or fewer
+/// old ones. Fewer Pods (one deleted, say) is not progress.
+pub fn progressed(before: Option<&DeploymentStatus>, now: &Counts) -> bool {
+    let Some(b) = before else {
+        return true;
     };
-    let hash = template_hash(&service);
-    service.metadata.annotations = Some([(APPLIED_HASH_ANNOTATION.to_string(), hash)].into());
-    Some(service)
+    let old_before = b.replicas.unwrap_or(0) - b.updated_replicas.unwrap_or(0);
+    let old_now = now.replicas - now.updated;
+    now.updated > b.updated_replicas.unwrap_or(0)
+        || old_now < old_before
+        || now.ready > b.ready_replicas.unwrap_or(0)
+        || now.available > b.available_replicas.unwrap_or(0)
 }
 
-/// Whether every field set in `want` has the same value in `have` (lists
-/// element by element). Allocated fields that `want` leaves out, such as
-/// clusterIP or an unspecified nodePort, do not count.
-pub fn is_subset(want: &Value, have: &Value) -> bool {
-    match (want, have) {
-        (Value::Object(w), Value::Object(h)) => w
-            .iter()
-            .all(|(k, v)| v.is_null() || h.get(k).is_some_and(|hv| is_subset(v, hv))),
-        (Value::Array(w), Value::Array(h)) => {
-            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b))
-        }
-        _ => want == have,
-    }
-}
-
-/// The live Service still says what podkeeper applied.
-fn service_in_sync(want: &Service, live: &Service) -> bool {
-    let (Ok(w), Ok(h)) = (serde_json::to_value(want), serde_json::to_value(live)) else {
-        return false;
-    };
-    [
-        "/metadata/labels",
-        "/metadata/annotations",
-        "/metadata/ownerReferences",
-        "/spec",
-    ]
-    .iter()
-    .all(|p| match (w.pointer(p), h.pointer(p)) {
-        (Some(wv), Some(hv)) => is_subset(wv, hv),
-        (Some(_), None) => false,
-        _ => true,
-    })
-}
-
-fn condition(
-    previous: Option<&DeploymentStatus>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    now: Timestamp,
-) -> DeploymentCondition {
-    let old = previous
-        .and_then(|p| p.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_.as_deref() == Some(type_)));
-    let same_status = old.is_some_and(|o| o.status.as_deref() == Some(status));
-    let unchanged = same_status
-        && old.is_some_and(|o| {
-            o.reason.as_deref() == Some(reason) && o.message.as_deref() == Some(&message)
-        });
-    DeploymentCondition {
-        type_: Some(type_.into()),
-        status: Some(status.into()),
-        reason: Some(reason.into()),
-        message: Some(message),
-        last_transition_time: if same_status {
-            old.and_then(|o| o.last_transition_time.clone())
-        } else {
-            Some(Time(now))
-        },
-        last_update_time: if unchanged {
-            old.and_then(|o| o.last_update_time.clone())
-        } else {
-            Some(Time(now))
-        },
-    }
-}
-
-/// The Deployment-shaped status, and when to look again for the progress
-/// deadline. Pure.
-pub fn workflow_status(
+/// The status an Application should show, and when to look again for the
+/// progress deadline. Pure.
+pub fn desired_status(
     app: &Application,
-    plan: &Plan,
-    rollout: &Rollout,
-    failure: Option<(&str, String)>,
-    keep_failure: bool,
-    now: Timestamp,
-) -> (DeploymentStatus, Option<i64>) {
-    let previous = app.status.as_ref().and_then(|s| s.workflow.as_ref());
+    report: &Report<'_, Network>,
+) -> (ApplicationStatus, Option<i64>) {
+    let now = report.now;
+    let previous = app.status.clone().unwrap_or_default();
+    let before = previous.workflow.as_ref();
     let generation = app.metadata.generation;
     let replicas = app.spec.deployment.replicas.unwrap_or(1).max(0);
-    let c = plan.counts;
+    let c = report.plan.counts;
     let name = app.name_any();
+    let fallback = Rollout {
+        strategy: Strategy::Recreate,
+        min_available: replicas,
+        min_ready_seconds: 0,
+        paused: true,
+        progress_deadline_seconds: DEFAULT_PROGRESS_DEADLINE,
+    };
+    let rollout = rollout(app).unwrap_or(fallback);
 
     let available = if c.available >= rollout.min_available {
-        condition(
-            previous,
-            "Available",
-            "True",
-            "MinimumReplicasAvailable",
-            format!("{} of {replicas} Pods available", c.available),
-            now,
-        )
+        Cond {
+            type_: "Available",
+            status: "True",
+            reason: "MinimumReplicasAvailable",
+            message: format!("{} of {replicas} Pods available", c.available),
+        }
     } else {
-        condition(
-            previous,
-            "Available",
-            "False",
-            "MinimumReplicasUnavailable",
-            format!(
+        Cond {
+            type_: "Available",
+            status: "False",
+            reason: "MinimumReplicasUnavailable",
+            message: format!(
                 "{} of {replicas} Pods available, {} needed",
                 c.available, rollout.min_available
             ),
-            now,
-        )
-    };
-
-    let counts_now = (
-        Some(c.replicas),
-        Some(c.updated),
-        Some(c.ready),
-        Some(c.available),
-    );
-    let counts_before = previous.map(|p| {
-        (
-            p.replicas,
-            p.updated_replicas,
-            p.ready_replicas,
-            p.available_replicas,
-        )
-    });
-    let progressed = counts_before != Some(counts_now)
-        || previous.and_then(|p| p.observed_generation) != generation;
-    let old_progressing = previous.and_then(|p| p.conditions.as_ref()).and_then(|cs| {
-        cs.iter()
-            .find(|c| c.type_.as_deref() == Some("Progressing"))
-    });
-    let old_reason = old_progressing.and_then(|c| c.reason.as_deref());
-    let mut recheck = None;
-    let progressing = if rollout.paused {
-        condition(
-            previous,
-            "Progressing",
-            "Unknown",
-            "RolloutPaused",
-            format!("Application {name} is paused"),
-            now,
-        )
-    } else if plan.complete {
-        condition(
-            previous,
-            "Progressing",
-            "True",
-            "RolloutComplete",
-            format!("Application {name} has {replicas} up-to-date, available Pods"),
-            now,
-        )
-    } else if progressed
-        || !matches!(
-            old_reason,
-            Some("RolloutProgressing") | Some("ProgressDeadlineExceeded")
-        )
-    {
-        recheck = Some(rollout.progress_deadline_seconds);
-        let mut c = condition(
-            previous,
-            "Progressing",
-            "True",
-            "RolloutProgressing",
-            format!(
-                "{} of {replicas} Pods updated, {} available",
-                c.updated, c.available
-            ),
-            now,
-        );
-        c.last_update_time = Some(Time(now));
-        c
-    } else if old_reason == Some("ProgressDeadlineExceeded") {
-        old_progressing.cloned().unwrap_or_else(|| {
-            condition(
-                previous,
-                "Progressing",
-                "False",
-                "ProgressDeadlineExceeded",
-                String::new(),
-                now,
-            )
-        })
-    } else {
-        let since = old_progressing
-            .and_then(|c| c.last_update_time.as_ref())
-            .map(|t| t.0.as_second())
-            .unwrap_or(now.as_second());
-        let left = since + rollout.progress_deadline_seconds - now.as_second();
-        if left <= 0 {
-            condition(
-                previous,
-                "Progressing",
-                "False",
-                "ProgressDeadlineExceeded",
-                format!("Application {name} has timed out progressing"),
-                now,
-            )
-        } else {
-            recheck = Some(left);
-            old_progressing.cloned().unwrap_or_else(|| {
-                condition(
-                    previous,
-                    "Progressing",
-                    "True",
-                    "RolloutProgressing",
-                    String::new(),
-                    now,
-                )
-            })
         }
     };
 
-    let mut conditions = vec![available, progressing];
-    let old_failure = previous
-        .and_then(|p| p.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_.as_deref() == Some("ReplicaFailure"))
-        })
-        .cloned();
-    match (failure, keep_failure) {
-        (Some((reason, message)), _) => conditions.push(condition(
-            previous,
-            "ReplicaFailure",
-            "True",
-            reason,
-            message,
-            now,
-        )),
-        (None, true) => conditions.extend(old_failure),
-        (None, false) => {}
-    }
+    let old_reason =
+        conditions::find(&previous.conditions, "Progressing").map(|c| c.reason.as_str());
+    // A new spec, a resumed or a completed rollout starts the clock again.
+    let started = before.and_then(|b| b.observed_generation) != generation
+        || matches!(
+            old_reason,
+            None | Some("RolloutPaused") | Some("RolloutComplete")
+        );
+    let moving = !rollout.paused && !report.plan.complete && report.invalid.is_none();
+    let last_progress_time = if moving && (started || progressed(before, &c)) {
+        Some(Time(now))
+    } else {
+        previous.last_progress_time.clone().or(Some(Time(now)))
+    };
+    let mut recheck = None;
+    let progressing = if let Some(message) = report.invalid {
+        Cond {
+            type_: "Progressing",
+            status: "False",
+            reason: "InvalidSpec",
+            message: message.to_string(),
+        }
+    } else if rollout.paused {
+        Cond {
+            type_: "Progressing",
+            status: "Unknown",
+            reason: "RolloutPaused",
+            message: format!("Application {name} is paused"),
+        }
+    } else if report.plan.complete {
+        Cond {
+            type_: "Progressing",
+            status: "True",
+            reason: "RolloutComplete",
+            message: format!("Application {name} has {replicas} up-to-date, available Pods"),
+        }
+    } else {
+        let since = last_progress_time
+            .as_ref()
+            .map_or(now.as_second(), |t| t.0.as_second());
+        let left = since + rollout.progress_deadline_seconds - now.as_second();
+        if left <= 0 {
+            Cond {
+                type_: "Progressing",
+                status: "False",
+                reason: "ProgressDeadlineExceeded",
+                message: format!(
+                    "Application {name} has made no progress for {} seconds",
+                    rollout.progress_deadline_seconds
+                ),
+            }
+        } else {
+            recheck = Some(left);
+            Cond {
+                type_: "Progressing",
+                status: "True",
+                reason: "RolloutProgressing",
+                message: format!(
+                    "{} of {replicas} Pods updated, {} available",
+                    c.updated, c.available
+                ),
+            }
+        }
+    };
 
-    let status = DeploymentStatus {
+    let failure = match (report.invalid, report.failure) {
+        (Some(message), _) => Cond {
+            type_: "ReplicaFailure",
+            status: "True",
+            reason: "InvalidSpec",
+            message: message.to_string(),
+        },
+        (None, Some(f)) => Cond {
+            type_: "ReplicaFailure",
+            status: "True",
+            reason: f.reason,
+            message: f.message.clone(),
+        },
+        (None, None) => Cond {
+            type_: "ReplicaFailure",
+            status: truth(false),
+            reason: "NoFailure",
+            message: "the last Pod and Service steps succeeded".into(),
+        },
+    };
+
+    let workflow = DeploymentStatus {
         observed_generation: generation,
         replicas: Some(c.replicas),
         updated_replicas: Some(c.updated),
@@ -443,276 +311,65 @@ pub fn workflow_status(
         available_replicas: Some(c.available),
         unavailable_replicas: Some(c.unavailable),
         terminating_replicas: Some(c.terminating),
-        conditions: Some(conditions),
+        conditions: None,
         collision_count: None,
+    };
+    let status = ApplicationStatus {
+        workflow: Some(workflow),
+        network: report.extras.clone(),
+        selector: selector_string(app),
+        last_progress_time,
+        conditions: conditions::merge(
+            &previous.conditions,
+            vec![available, progressing, failure],
+            generation,
+            now,
+        ),
     };
     (status, recheck)
 }
 
-fn owner(app: &Application) -> Owner {
-    Owner::of(app, KIND)
-}
+impl PodSet for Application {
+    const KIND: &'static str = KIND;
+    type Status = ApplicationStatus;
+    type Extras = ServiceExtras;
 
-fn live_service(ctx: &AppContext, owner: &Owner) -> Option<Arc<Service>> {
-    ctx.services.state().into_iter().find(|s| {
-        s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-            && s.owner_references()
-                .iter()
-                .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
-    })
-}
-
-/// Entry point for the controller.
-#[instrument(skip_all, fields(namespace = %app.namespace().unwrap_or_default(), name = %app.name_any()))]
-pub async fn reconcile(app: Arc<Application>, ctx: Arc<AppContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let api: Api<Application> = Api::namespaced(
-        ctx.inner.client.clone(),
-        &app.namespace().unwrap_or_default(),
-    );
-    let result = finalizer(&api, FINALIZER, app.clone(), |event| async {
-        match event {
-            Finalizer::Apply(a) => apply(&a, &ctx).await,
-            Finalizer::Cleanup(a) => cleanup(&a, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.inner.record(KIND, &*app, started, &result);
-    result
-}
-
-/// Requeue policy on error.
-pub fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<AppContext>) -> Action {
-    ctx.inner.backoff(KIND, &*app, error)
-}
-
-async fn apply(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
-    let owner = owner(app);
-    let now = Timestamp::now();
-    let pods = ctx.inner.observed(&owner);
-    let selector_string = selector::to_string(&app.spec.deployment.selector);
-
-    let rollout = match validate(app) {
-        Ok(r) => r,
-        Err(message) => {
-            // Nothing is created from a spec that cannot work; what exists
-            // is left alone and the reason shown.
-            ctx.inner
-                .executor
-                .event(
-                    &owner,
-                    EventType::Warning,
-                    "InvalidSpec",
-                    "Validate",
-                    message.clone(),
-                )
-                .await;
-            let fallback = Rollout {
-                strategy: Strategy::Recreate,
-                min_available: app.spec.deployment.replicas.unwrap_or(1),
-                min_ready_seconds: 0,
-                paused: true,
-                progress_deadline_seconds: DEFAULT_PROGRESS_DEADLINE,
-            };
-            let desired = Desired {
-                replicas: app.spec.deployment.replicas.unwrap_or(1),
-                revision: String::new(),
-                strategy: fallback.strategy,
-                min_ready_seconds: 0,
-                paused: true,
-            };
-            let plan = plan(&desired, &pods, now);
-            let (workflow, _) = workflow_status(
-                app,
-                &plan,
-                &fallback,
-                Some(("InvalidSpec", message)),
-                false,
-                now,
-            );
-            let status = ApplicationStatus {
-                workflow: Some(workflow),
-                network: app.status.as_ref().and_then(|s| s.network.clone()),
-                selector: selector_string,
-            };
-            let deferred = ctx
-                .inner
-                .write_status(app, app.status.as_ref(), &status)
-                .await?;
-            return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
-        }
-    };
-
-    let template = pod_template(app);
-    let desired = Desired {
-        replicas: app.spec.deployment.replicas.unwrap_or(1),
-        revision: revision_of(&template),
-        strategy: rollout.strategy,
-        min_ready_seconds: rollout.min_ready_seconds,
-        paused: rollout.paused,
-    };
-    let plan = plan(&desired, &pods, now);
-    let outcome = ctx.inner.act(&owner, &template, &plan).await;
-
-    let (network, service_failure) = match reconcile_service(app, ctx, &owner).await {
-        Ok(network) => (network, None),
-        Err(message) => (
-            app.status.as_ref().and_then(|s| s.network.clone()),
-            Some(message),
-        ),
-    };
-
-    let failure = match (&outcome, &service_failure) {
-        (
-            Some(Outcome {
-                failure: Some(f), ..
-            }),
-            _,
-        ) => Some((f.reason, f.message.clone())),
-        (_, Some(m)) => Some(("FailedService", m.clone())),
-        _ => None,
-    };
-    if outcome.is_none() && service_failure.is_none() {
-        // Pod creates or deletes still in flight: as for Redis, the status
-        // waits for the watch event that completes them.
-        return Ok(next_action(false, plan.recheck_after_seconds));
-    }
-    let (workflow, deadline) =
-        workflow_status(app, &plan, &rollout, failure, outcome.is_none(), now);
-    let status = ApplicationStatus {
-        workflow: Some(workflow),
-        network,
-        selector: selector_string,
-    };
-    let deferred = ctx
-        .inner
-        .write_status(app, app.status.as_ref(), &status)
-        .await?;
-    if let Some(wait) = deferred {
-        return Ok(Action::requeue(wait));
+    fn pod_set(&self) -> Result<PodSetSpec, String> {
+        let rollout = validate(self)?;
+        let template = pod_template(self);
+        Ok(PodSetSpec {
+            desired: Desired {
+                replicas: self.replicas(),
+                revision: revision_of(&template),
+                strategy: rollout.strategy,
+                min_ready_seconds: rollout.min_ready_seconds,
+                paused: rollout.paused,
+            },
+            template,
+        })
     }
 
-    let recheck = match (plan.recheck_after_seconds, deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    Ok(next_action(outcome.is_some(), recheck))
-}
-
-/// Applies, corrects or removes the Service; returns its status, or a
-/// message when the API server refused it.
-async fn reconcile_service(
-    app: &Application,
-    ctx: &AppContext,
-    owner: &Owner,
-) -> Result<Option<k8s_openapi::api::core::v1::ServiceStatus>, String> {
-    let api: Api<Service> = Api::namespaced(ctx.inner.client.clone(), &owner.namespace);
-    let live = live_service(ctx, owner);
-    match (desired_service(app, owner), live) {
-        (Some(want), Some(live)) if service_in_sync(&want, &live) => Ok(live.status.clone()),
-        (Some(want), live) => {
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch(&owner.name, &params, &Patch::Apply(&want)).await {
-                Ok(applied) => {
-                    let (reason, note) = if live.is_some() {
-                        (
-                            "ServiceUpdated",
-                            format!("Updated Service {} to match spec.service", owner.name),
-                        )
-                    } else {
-                        ("ServiceCreated", format!("Created Service {}", owner.name))
-                    };
-                    ctx.inner
-                        .executor
-                        .event(owner, EventType::Normal, reason, "ApplyService", note)
-                        .await;
-                    Ok(applied.status)
-                }
-                Err(e) => {
-                    let message = format!(
-                        "Error applying Service {}: {}",
-                        owner.name,
-                        crate::engine::executor::api_message(&e)
-                    );
-                    ctx.inner
-                        .executor
-                        .event(
-                            owner,
-                            EventType::Warning,
-                            "FailedService",
-                            "ApplyService",
-                            message.clone(),
-                        )
-                        .await;
-                    Err(message)
-                }
-            }
-        }
-        (None, Some(live)) => {
-            let _ = delete_service(&api, &live).await;
-            ctx.inner
-                .executor
-                .event(
-                    owner,
-                    EventType::Normal,
-                    "ServiceDeleted",
-                    "DeleteService",
-                    format!("Deleted Service {}: spec.service was removed", owner.name),
-                )
-                .await;
-            Ok(None)
-        }
-        (None, None) => Ok(None),
+    fn replicas(&self) -> i32 {
+        self.spec.deployment.replicas.unwrap_or(1)
     }
-}
 
-async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<(), kube::Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: svc.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&svc.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e),
+    fn current_status(&self) -> Option<&ApplicationStatus> {
+        self.status.as_ref()
     }
-}
 
-/// The Service first, to stop traffic; then the Pods, newest first; the
-/// finalizer goes last.
-async fn cleanup(app: &Application, ctx: &AppContext) -> Result<Action, Error> {
-    let owner = owner(app);
-    if let Some(svc) = live_service(ctx, &owner) {
-        if svc.metadata.deletion_timestamp.is_none() {
-            let api: Api<Service> = Api::namespaced(ctx.inner.client.clone(), &owner.namespace);
-            delete_service(&api, &svc).await?;
-            ctx.inner
-                .executor
-                .event(
-                    &owner,
-                    EventType::Normal,
-                    "Cleanup",
-                    "Cleanup",
-                    format!("Deleted Service {} before the Pods", svc.name_any()),
-                )
-                .await;
-        }
-        return Err(Error::CleanupPending { remaining: 1 });
+    fn desired_status(&self, report: &Report<'_, Network>) -> (ApplicationStatus, Option<i64>) {
+        desired_status(self, report)
     }
-    ctx.inner.delete_all_pods(&owner).await?;
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::plan::{Plan, plan};
     use crate::engine::pods::TEMPLATE_HASH_LABEL;
     use crate::engine::pods::test_support::{pending, pod};
-    use serde_json::json;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::{Value, json};
 
     fn app(extra: Value) -> Application {
         let mut spec = json!({
@@ -806,33 +463,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn service_defaults_its_selector_and_detects_drift_but_not_allocations() {
-        let a = app(json!({}));
-        let o = owner(&a);
-        let want = desired_service(&a, &o).unwrap();
-        let spec = want.spec.as_ref().unwrap();
-        assert_eq!(spec.selector.as_ref().unwrap()["app"], "nginx");
-        assert_eq!(
-            spec.ports.as_ref().unwrap()[0].protocol.as_deref(),
-            Some("TCP")
-        );
+    fn report<'a>(p: &'a Plan, now: Timestamp) -> Report<'a, Network> {
+        static NONE: Network = None;
+        Report {
+            plan: p,
+            failure: None,
+            invalid: None,
+            extras: &NONE,
+            now,
+        }
+    }
 
-        let mut live = want.clone();
-        let live_spec = live.spec.as_mut().unwrap();
-        live_spec.cluster_ip = Some("10.96.0.10".into());
-        live_spec.ports.as_mut().unwrap()[0].node_port = Some(31234);
-        assert!(
-            service_in_sync(&want, &live),
-            "allocated values are not drift"
-        );
-        live.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-        assert!(!service_in_sync(&want, &live), "an edited type is drift");
-
-        let changed = app(json!({"service": {"ports": [{"port": 8080, "targetPort": 80}]}}));
-        let want2 = desired_service(&changed, &o).unwrap();
-        assert_ne!(want.metadata.annotations, want2.metadata.annotations);
-        assert!(desired_service(&app(json!({"service": null})), &o).is_none());
+    fn progressing(s: &ApplicationStatus) -> (String, String) {
+        let c = conditions::find(&s.conditions, "Progressing").unwrap();
+        (c.status.clone(), c.reason.clone())
     }
 
     #[test]
@@ -846,64 +490,99 @@ mod tests {
             min_ready_seconds: 0,
             paused: false,
         };
-        let pods = vec![pending("p0", "new", 1)];
-        let t0 = Timestamp::from_second(1_000).unwrap();
-        let p = plan(&d, &pods, t0);
-        let (s0, recheck) = workflow_status(&a, &p, &r, None, false, t0);
-        let prog = |s: &DeploymentStatus| {
-            let c = s
-                .conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_.as_deref() == Some("Progressing"))
-                .unwrap()
-                .clone();
-            (c.status.unwrap(), c.reason.unwrap())
-        };
-        assert_eq!(prog(&s0), ("True".into(), "RolloutProgressing".into()));
+        let at = |s| Timestamp::from_second(s).unwrap();
+        let two = vec![pod("p0", "new", 1), pending("p1", "new", 1)];
+        let (s0, recheck) = desired_status(&a, &report(&plan(&d, &two, at(1_000)), at(1_000)));
+        assert_eq!(
+            progressing(&s0),
+            ("True".into(), "RolloutProgressing".into())
+        );
         assert_eq!(recheck, Some(60));
 
-        a.status = Some(ApplicationStatus {
-            workflow: Some(s0),
-            ..Default::default()
-        });
-        let t1 = Timestamp::from_second(1_030).unwrap();
-        let (s1, recheck) = workflow_status(&a, &plan(&d, &pods, t1), &r, None, false, t1);
-        assert_eq!(prog(&s1), ("True".into(), "RolloutProgressing".into()));
+        // Nothing moves for 30 s: same condition, half the deadline left,
+        // and the status is unchanged (nothing to write).
+        a.status = Some(s0.clone());
+        let (s1, recheck) = desired_status(&a, &report(&plan(&d, &two, at(1_030)), at(1_030)));
+        assert_eq!(s1, s0);
         assert_eq!(recheck, Some(30));
 
-        a.status = Some(ApplicationStatus {
-            workflow: Some(s1),
-            ..Default::default()
-        });
-        let t2 = Timestamp::from_second(1_061).unwrap();
-        let (s2, _) = workflow_status(&a, &plan(&d, &pods, t2), &r, None, false, t2);
+        // A Pod is lost: fewer Pods is not progress; the clock runs on.
+        a.status = Some(s1);
+        let one = vec![pod("p0", "new", 1)];
+        let (s2, recheck) = desired_status(&a, &report(&plan(&d, &one, at(1_050)), at(1_050)));
         assert_eq!(
-            prog(&s2),
+            progressing(&s2),
+            ("True".into(), "RolloutProgressing".into())
+        );
+        assert_eq!(recheck, Some(10));
+        a.status = Some(s2);
+        let (s3, _) = desired_status(&a, &report(&plan(&d, &one, at(1_061)), at(1_061)));
+        assert_eq!(
+            progressing(&s3),
             ("False".into(), "ProgressDeadlineExceeded".into())
         );
 
-        // Progress (a Pod became ready) clears it.
-        a.status = Some(ApplicationStatus {
-            workflow: Some(s2),
-            ..Default::default()
-        });
-        let ready = vec![pod("p0", "new", 1)];
-        let (s3, _) = workflow_status(&a, &plan(&d, &ready, t2), &r, None, false, t2);
-        assert_eq!(prog(&s3), ("True".into(), "RolloutProgressing".into()));
+        // Progress (another Pod ready) clears it and restarts the clock.
+        a.status = Some(s3);
+        let more = vec![pod("p0", "new", 1), pod("p1", "new", 1)];
+        let (s4, recheck) = desired_status(&a, &report(&plan(&d, &more, at(1_070)), at(1_070)));
+        assert_eq!(
+            progressing(&s4),
+            ("True".into(), "RolloutProgressing".into())
+        );
+        assert_eq!(recheck, Some(60));
+        assert!(s4.workflow.as_ref().unwrap().conditions.is_none());
     }
 
     #[test]
-    fn subset_ignores_extra_fields_but_not_changed_ones() {
-        assert!(is_subset(
-            &json!({"a": 1, "l": [{"x": 1}]}),
-            &json!({"a": 1, "b": 2, "l": [{"x": 1, "y": 2}]})
-        ));
-        assert!(!is_subset(&json!({"a": 1}), &json!({"a": 2})));
-        assert!(!is_subset(
-            &json!({"l": [{"x": 1}]}),
-            &json!({"l": [{"x": 1}, {"x": 2}]})
-        ));
+    fn removing_the_service_removes_the_network_status() {
+        let mut a = app(json!({}));
+        let d = Desired {
+            replicas: 4,
+            revision: "h".into(),
+            strategy: Strategy::Recreate,
+            min_ready_seconds: 0,
+            paused: false,
+        };
+        let t = Timestamp::from_second(1_000).unwrap();
+        let p = plan(&d, &[], t);
+        let network: Network = Some(Default::default());
+        let (with, _) = desired_status(
+            &a,
+            &Report {
+                plan: &p,
+                failure: None,
+                invalid: None,
+                extras: &network,
+                now: t,
+            },
+        );
+        assert!(with.network.is_some());
+        a.status = Some(with.clone());
+        let (without, _) = desired_status(&a, &report(&p, t));
+        let patch = crate::controller::status_patch::diff(
+            &serde_json::to_value(&with).unwrap(),
+            &serde_json::to_value(&without).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(patch["network"], Value::Null);
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_dns_label_is_refused_only_with_a_service() {
+        let crd = serde_json::to_string(&crate::crd::application::crd()).unwrap();
+        assert!(crd.contains("DNS-1035"), "the CEL rule is in the CRD");
+    }
+
+    #[test]
+    fn an_invalid_selector_operator_is_an_invalid_spec() {
+        let bad = app(json!({"deployment": {
+            "selector": {"matchLabels": null, "matchExpressions": [{"key": "app", "operator": "Near"}]},
+        }}));
+        assert!(
+            validate(&bad)
+                .unwrap_err()
+                .starts_with("spec.deployment.selector")
+        );
     }
 }

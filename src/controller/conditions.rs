@@ -1,6 +1,7 @@
-//! Status conditions per the Kubernetes API conventions: lastTransitionTime
-//! moves only when the status changes, so an unchanged condition is written
-//! back byte for byte and a no-op reconcile writes nothing.
+//! Status conditions per the Kubernetes API conventions (metav1.Condition,
+//! in `status.conditions`, for every kind): lastTransitionTime moves only
+//! when the status changes, so an unchanged condition is written back byte
+//! for byte and a no-op reconcile writes nothing.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -8,7 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 /// A condition as computed, before times are reconciled with the old one.
 pub struct Cond<'a> {
     pub type_: &'a str,
-    pub status: bool,
+    /// "True", "False" or "Unknown".
+    pub status: &'a str,
     pub reason: &'a str,
     pub message: String,
 }
@@ -23,7 +25,7 @@ pub fn merge(
 ) -> Vec<Condition> {
     new.into_iter()
         .map(|c| {
-            let status = if c.status { "True" } else { "False" };
+            let status = c.status;
             let previous = old.iter().find(|o| o.type_ == c.type_);
             let last_transition_time = match previous {
                 Some(p) if p.status == status => p.last_transition_time.clone(),
@@ -39,6 +41,11 @@ pub fn merge(
             }
         })
         .collect()
+}
+
+/// "True" or "False".
+pub fn truth(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
 }
 
 /// Looks a condition up by type.
@@ -58,7 +65,7 @@ mod tests {
             &[],
             vec![Cond {
                 type_: "Ready",
-                status: false,
+                status: "False",
                 reason: "ReplicasNotReady",
                 message: "0/1".into(),
             }],
@@ -69,7 +76,7 @@ mod tests {
             &first,
             vec![Cond {
                 type_: "Ready",
-                status: false,
+                status: "False",
                 reason: "ReplicasNotReady",
                 message: "0/1".into(),
             }],
@@ -81,7 +88,7 @@ mod tests {
             &same,
             vec![Cond {
                 type_: "Ready",
-                status: true,
+                status: "True",
                 reason: "AllReplicasReady",
                 message: "1/1".into(),
             }],

@@ -5,8 +5,10 @@
 pub mod application;
 pub mod conditions;
 pub mod pod_watch;
+pub mod podset;
 pub mod redis;
-pub mod selector;
+pub mod service;
+pub mod status_patch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,14 +18,15 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource};
+use rand::RngExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::ObservedPod;
-use crate::engine::executor::{Executor, Outcome, Owner};
-use crate::engine::plan::{DeleteReason, Plan, victim};
+use crate::engine::events::EventType;
+use crate::engine::executor::{Executor, Failure, Owner, summary};
+use crate::engine::plan::{DeleteReason, victim};
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -42,6 +45,10 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("waiting for {remaining} pods to be deleted")]
     CleanupPending { remaining: usize },
+    /// A step was refused (a Pod create or delete, the Service): retried
+    /// with backoff until it succeeds.
+    #[error("{}", .0.message)]
+    Step(Failure),
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 }
@@ -57,6 +64,12 @@ impl Error {
                 _ => "finalizer",
             },
             Error::CleanupPending { .. } => "cleanup_pending",
+            Error::Step(f) => match f.reason {
+                "FailedCreate" => "create",
+                "FailedDelete" => "delete",
+                "FailedService" => "service",
+                _ => "step",
+            },
             Error::Serialize(_) => "serialize",
         }
     }
@@ -123,38 +136,15 @@ impl Context {
             .collect()
     }
 
-    /// Carries out `plan` if every earlier create and delete of this owner
-    /// has been seen in the cache. `None` means it did not act (yet).
-    pub async fn act(
-        &self,
-        owner: &Owner,
-        template: &k8s_openapi::api::core::v1::PodTemplateSpec,
-        plan: &Plan,
-    ) -> Option<Outcome> {
-        if !self.executor.expectations.satisfied(&owner.key) {
-            return None;
-        }
-        if plan.create == 0 && plan.delete.is_empty() {
-            return Some(Outcome::default());
-        }
-        let outcome = self.executor.execute(owner, template, plan).await;
-        if outcome.created > 0 || outcome.deleted > 0 {
-            tracing::info!(
-                created = outcome.created,
-                deleted = outcome.deleted,
-                "pods changed"
-            );
-        }
-        Some(outcome)
-    }
-
     /// Cleanup of an owner's Pods: deletes those not yet terminating, newest
     /// first, and succeeds only when none is left (not even terminating) and
     /// no create is still unseen. Records `Cleanup` and `CleanupComplete`
-    /// Events.
+    /// Events. A refused delete is an error, retried with backoff.
     pub async fn delete_all_pods(&self, owner: &Owner) -> Result<(), Error> {
-        let mut pods = self.observed(owner);
+        // Expectations before the snapshot: a create seen after it is
+        // still counted as unseen, never missed.
         let unseen_creates = self.executor.expectations.pending_creates(&owner.key);
+        let mut pods = self.observed(owner);
         if pods.is_empty() && unseen_creates == 0 {
             self.executor
                 .event(
@@ -165,8 +155,7 @@ impl Context {
                     "All Pods are gone; removing the finalizer".into(),
                 )
                 .await;
-            self.executor.expectations.forget(&owner.key);
-            self.forget_status(&owner.reference.uid);
+            self.forget(owner);
             return Ok(());
         }
         pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
@@ -176,6 +165,7 @@ impl Context {
             .map(|p| victim(p, DeleteReason::Cleanup))
             .collect();
         if !to_delete.is_empty() {
+            let names: Vec<String> = to_delete.iter().map(|v| v.name.clone()).collect();
             self.executor
                 .event(
                     owner,
@@ -183,17 +173,23 @@ impl Context {
                     "Cleanup",
                     "Cleanup",
                     format!(
-                        "Deleting {} Pods before the {} is removed ({} already terminating)",
-                        to_delete.len(),
+                        "{} before the {} is removed ({} already terminating)",
+                        summary("Deleting", &names),
                         owner.reference.kind,
                         pods.len() - to_delete.len()
                     ),
                 )
                 .await;
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+            let mut failure = None;
             for v in &to_delete {
                 // Newest first, one after the other, as the order promises.
-                let _ = self.executor.delete_one(&api, owner, v).await;
+                if let Err(f) = self.executor.delete_one(&api, owner, v).await {
+                    failure.get_or_insert(f);
+                }
+            }
+            if let Some(f) = failure {
+                return Err(Error::Step(f));
             }
         }
         Err(Error::CleanupPending {
@@ -201,9 +197,18 @@ impl Context {
         })
     }
 
+    /// Forgets everything kept about an owner that is gone.
+    pub fn forget(&self, owner: &Owner) {
+        self.executor.expectations.forget(&owner.key);
+        self.forget_status(&owner.reference.uid);
+        self.succeeded(owner.key.0, &owner.namespace, &owner.name);
+    }
+
     /// Writes `status` to the status subresource unless it is already
     /// there: in the object at hand or, when that object predates our last
-    /// write, in what we last wrote. Returns `Some(wait)` when the write is
+    /// write, in what we last wrote. The write is a merge patch of what
+    /// changed, with `null` for fields that no longer apply
+    /// ([`status_patch::diff`]). Returns `Some(wait)` when the write is
     /// deferred by [`STATUS_INTERVAL`]: the caller requeues after `wait`.
     pub async fn write_status<K, S>(
         &self,
@@ -232,13 +237,13 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .get(&uid)
             .cloned();
-        let up_to_date = match &last {
-            Some(w) if w.resource_version > seen_rv => w.status == wanted,
-            _ => current == Some(status),
+        let base = match &last {
+            Some(w) if w.resource_version > seen_rv => w.status.clone(),
+            _ => serde_json::to_value(current)?,
         };
-        if up_to_date {
+        let Some(patch) = status_patch::diff(&base, &wanted) else {
             return Ok(None);
-        }
+        };
         if let Some(w) = &last
             && w.generation == meta.generation
             && w.at.elapsed() < STATUS_INTERVAL
@@ -252,8 +257,11 @@ impl Context {
         let updated = api
             .patch_status(
                 meta.name.as_deref().unwrap_or_default(),
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Merge(serde_json::json!({ "status": wanted })),
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(serde_json::json!({ "status": patch })),
             )
             .await?;
         let rv = updated
@@ -290,8 +298,8 @@ impl Context {
     }
 
     /// The error policy of every controller: logs real failures, then
-    /// backs off per object (kube-runtime has none): 0.5 s doubling to
-    /// 5 min; cleanup that is only waiting for Pods retries every second.
+    /// backs off per object (kube-runtime has none): [`backoff_delay`];
+    /// cleanup that is only waiting for Pods retries every second.
     pub fn backoff<K: Resource>(&self, kind: &'static str, obj: &K, error: &Error) -> Action {
         if error.is_waiting() {
             return Action::requeue(Duration::from_secs(1));
@@ -303,8 +311,8 @@ impl Context {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let n = failures.entry((kind, namespace, name)).or_insert(0);
         *n = n.saturating_add(1);
-        let millis = 500u64.saturating_mul(1u64 << (*n - 1).min(20));
-        Action::requeue(Duration::from_millis(millis.min(300_000)))
+        let jitter = rand::rng().random_range(0.8..1.2);
+        Action::requeue(backoff_delay(*n, jitter))
     }
 
     /// Records a finished reconcile: metrics by result, and the failure
@@ -344,6 +352,20 @@ impl Context {
     }
 }
 
+/// The first retry after a failure.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// The longest wait between retries.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The wait before retry number `failures` (1 for the first): 0.5 s
+/// doubling up to 60 s, times `jitter` (0.8 to 1.2, so that objects that
+/// failed together do not retry together), never over 60 s.
+pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    let base = BACKOFF_MIN.saturating_mul(1u32 << exp).min(BACKOFF_MAX);
+    base.mul_f64(jitter.clamp(0.5, 1.5)).min(BACKOFF_MAX)
+}
+
 /// How long to wait before reconciling again after a successful step.
 pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action {
     match (settled, recheck_after_seconds) {
@@ -352,5 +374,24 @@ pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action 
         (false, _) => Action::requeue(Duration::from_secs(30)),
         (true, Some(s)) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
         (true, None) => Action::await_change(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_to_a_minute() {
+        let secs = |n| backoff_delay(n, 1.0).as_secs_f64();
+        assert_eq!([secs(1), secs(2), secs(3), secs(4)], [0.5, 1.0, 2.0, 4.0]);
+        assert_eq!(secs(8), 60.0);
+        assert_eq!(secs(1000), 60.0);
+        assert_eq!(backoff_delay(1, 0.8), Duration::from_millis(400));
+        assert_eq!(
+            backoff_delay(100, 1.2),
+            BACKOFF_MAX,
+            "jitter stays under the cap"
+        );
     }
 }

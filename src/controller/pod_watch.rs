@@ -110,8 +110,11 @@ pub fn start(
     };
     let driver = async move {
         let mut stream = std::pin::pin!(stream);
-        // A relist is built aside and swapped in at its end, as the store does.
+        // A relist is built aside and swapped in at its end, as the store
+        // does; its Pods are routed only then, once the store holds the new
+        // list, so a reconcile they trigger plans from it.
         let mut relist: OwnerIndex = HashMap::new();
+        let mut relisted: Vec<Sighting> = Vec::new();
         let mut relist_started = std::time::Instant::now();
         while let Some(event) = stream.next().await {
             match event {
@@ -120,11 +123,13 @@ pub fn start(
                         &mut by_owner.write().unwrap_or_else(|e| e.into_inner()),
                         &pod,
                     );
-                    route(&pod, false, &expectations, &routes)
+                    if let Some(s) = Sighting::of(&pod, false) {
+                        s.route(&expectations, &routes);
+                    }
                 }
                 Ok(watcher::Event::InitApply(pod)) => {
                     index_insert(&mut relist, &pod);
-                    route(&pod, false, &expectations, &routes)
+                    relisted.extend(Sighting::of(&pod, false));
                 }
                 Ok(watcher::Event::Delete(pod)) => {
                     if let Some(uid) = controller_uid(&pod) {
@@ -136,11 +141,16 @@ pub fn start(
                             }
                         }
                     }
-                    route(&pod, true, &expectations, &routes)
+                    if let Some(s) = Sighting::of(&pod, true) {
+                        s.route(&expectations, &routes);
+                    }
                 }
                 Ok(watcher::Event::InitDone) => {
                     *by_owner.write().unwrap_or_else(|e| e.into_inner()) =
                         std::mem::take(&mut relist);
+                    for s in std::mem::take(&mut relisted) {
+                        s.route(&expectations, &routes);
+                    }
                     let dropped = expectations.relisted(relist_started);
                     if dropped > 0 {
                         info!(
@@ -154,6 +164,7 @@ pub fn start(
                 }
                 Ok(watcher::Event::Init) => {
                     relist.clear();
+                    relisted.clear();
                     relist_started = std::time::Instant::now();
                 }
                 Err(e) => warn!(error = %e, "pod watch error; retrying with backoff"),
@@ -163,37 +174,57 @@ pub fn start(
     (cache, driver)
 }
 
-fn route(pod: &Pod, deleted: bool, expectations: &Expectations, routes: &Routes) {
-    let meta = pod.meta();
-    let (Some(name), Some(uid), Some(namespace)) = (&meta.name, &meta.uid, &meta.namespace) else {
-        return;
-    };
-    let Some(owner) = meta
-        .owner_references
-        .as_ref()
-        .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
-    else {
-        return;
-    };
-    if owner.api_version.split('/').next() != Some(GROUP) {
-        return;
+/// What routing needs of one Pod event: the Pod and its podkeeper owner.
+struct Sighting {
+    kind: &'static str,
+    namespace: String,
+    owner: String,
+    name: String,
+    uid: String,
+    /// Deleted, or terminating.
+    gone: bool,
+}
+
+impl Sighting {
+    fn of(pod: &Pod, deleted: bool) -> Option<Self> {
+        let meta = pod.meta();
+        let owner = meta
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?;
+        if owner.api_version.split('/').next() != Some(GROUP) {
+            return None;
+        }
+        let kind = match owner.kind.as_str() {
+            "Redis" => "Redis",
+            "Application" => "Application",
+            _ => return None,
+        };
+        Some(Sighting {
+            kind,
+            namespace: meta.namespace.clone()?,
+            owner: owner.name.clone(),
+            name: meta.name.clone()?,
+            uid: meta.uid.clone()?,
+            gone: deleted || meta.deletion_timestamp.is_some(),
+        })
     }
-    let gone = deleted || meta.deletion_timestamp.is_some();
-    tracing::trace!(pod = %name, deleted, gone, owner = %owner.name, "pod event");
-    let key = (namespace.clone(), owner.name.clone());
-    match owner.kind.as_str() {
-        "Redis" => {
-            expectations.observe(&("Redis", key.0, key.1), name, uid, gone);
+
+    /// Marks expectations observed and asks the owner's controller to
+    /// reconcile it.
+    fn route(self, expectations: &Expectations, routes: &Routes) {
+        tracing::trace!(pod = %self.name, gone = self.gone, owner = %self.owner, "pod event");
+        let key = (self.kind, self.namespace.clone(), self.owner.clone());
+        expectations.observe(&key, &self.name, &self.uid, self.gone);
+        if self.kind == "Redis" {
             let _ = routes
                 .redis
-                .unbounded_send(ObjectRef::new(&owner.name).within(namespace));
-        }
-        "Application" => {
-            expectations.observe(&("Application", key.0, key.1), name, uid, gone);
+                .unbounded_send(ObjectRef::new(&self.owner).within(&self.namespace));
+        } else {
             let _ = routes
                 .application
-                .unbounded_send(ObjectRef::new(&owner.name).within(namespace));
+                .unbounded_send(ObjectRef::new(&self.owner).within(&self.namespace));
         }
-        _ => {}
     }
 }

@@ -1,9 +1,8 @@
-//! The Redis reconciler: observe (watch cache) -> plan (pure) -> act
-//! (executor) -> report (status, only when it changed).
+//! Redis as a [`PodSet`]: its Pod template, its rollout strategy and its
+//! status, all pure; the generic reconciler in [`super::podset`] does the
+//! rest.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
@@ -11,19 +10,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::{Api, ResourceExt};
-use tracing::instrument;
+use kube::ResourceExt;
 
-use super::conditions::{self, Cond};
-use super::{Context, Error, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, next_action};
+use super::conditions::{self, Cond, truth};
+use super::podset::{NoExtras, PodSet, PodSetSpec, Report};
+use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::{Redis, RedisStatus};
-use crate::engine::executor::{Outcome, Owner};
 use crate::engine::hash::{revision_of, stamp};
-use crate::engine::plan;
-use crate::engine::plan::{Desired, Plan, Strategy};
+use crate::engine::plan::{Desired, Strategy};
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
@@ -137,22 +131,16 @@ pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
     stamp(template)
 }
 
-/// The status a Redis should show. Pure: `previous` supplies the
-/// conditions' transition times and the last ReplicaFailure when this step
-/// did not act.
-pub fn desired_status(
-    redis: &Redis,
-    plan: &Plan,
-    outcome: Option<&Outcome>,
-    now: Timestamp,
-) -> RedisStatus {
+/// The status a Redis should show. Pure.
+pub fn desired_status(redis: &Redis, report: &Report<'_, ()>) -> RedisStatus {
     let replicas = redis.spec.replicas.max(0);
+    let plan = report.plan;
     let c = plan.counts;
     let previous = redis.status.clone().unwrap_or_default();
     let all_ready = c.ready == replicas && c.updated == replicas && c.replicas == replicas;
     let ready = Cond {
         type_: "Ready",
-        status: all_ready,
+        status: truth(all_ready),
         reason: if all_ready {
             "AllReplicasReady"
         } else {
@@ -166,57 +154,37 @@ pub fn desired_status(
     let progressing = if plan.complete {
         Cond {
             type_: "Progressing",
-            status: false,
+            status: "False",
             reason: "Complete",
             message: format!("{replicas} replicas on the current template"),
         }
     } else if plan.rolling {
         Cond {
             type_: "Progressing",
-            status: true,
+            status: "True",
             reason: "RollingUpdate",
             message: format!("{} of {} replicas updated", c.updated, replicas),
         }
     } else {
         Cond {
             type_: "Progressing",
-            status: true,
+            status: "True",
             reason: "Scaling",
             message: format!("{} replicas, want {}", c.replicas, replicas),
         }
     };
-    let failure = match outcome {
-        Some(Outcome {
-            failure: Some(f), ..
-        }) => Cond {
+    let failure = match report.failure {
+        Some(f) => Cond {
             type_: "ReplicaFailure",
-            status: true,
+            status: "True",
             reason: f.reason,
             message: f.message.clone(),
         },
-        Some(_) => Cond {
+        None => Cond {
             type_: "ReplicaFailure",
-            status: false,
+            status: "False",
             reason: "NoFailure",
             message: "the last Pod creates and deletes succeeded".into(),
-        },
-        None => match conditions::find(&previous.conditions, "ReplicaFailure") {
-            Some(old) => Cond {
-                type_: "ReplicaFailure",
-                status: old.status == "True",
-                reason: match old.reason.as_str() {
-                    "FailedCreate" => "FailedCreate",
-                    "FailedDelete" => "FailedDelete",
-                    _ => "NoFailure",
-                },
-                message: old.message.clone(),
-            },
-            None => Cond {
-                type_: "ReplicaFailure",
-                status: false,
-                reason: "NoFailure",
-                message: "no Pod create or delete has failed".into(),
-            },
         },
     };
     RedisStatus {
@@ -229,73 +197,41 @@ pub fn desired_status(
             &previous.conditions,
             vec![ready, progressing, failure],
             redis.metadata.generation,
-            now,
+            report.now,
         ),
     }
 }
 
-fn owner(redis: &Redis) -> Owner {
-    Owner::of(redis, KIND)
-}
+impl PodSet for Redis {
+    const KIND: &'static str = KIND;
+    type Status = RedisStatus;
+    type Extras = NoExtras;
 
-/// Entry point for the controller.
-#[instrument(skip_all, fields(namespace = %redis.namespace().unwrap_or_default(), name = %redis.name_any()))]
-pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let api: Api<Redis> =
-        Api::namespaced(ctx.client.clone(), &redis.namespace().unwrap_or_default());
-    let result = finalizer(&api, FINALIZER, redis.clone(), |event| async {
-        match event {
-            Finalizer::Apply(r) => apply(&r, &ctx).await,
-            Finalizer::Cleanup(r) => cleanup(&r, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.record(KIND, &*redis, started, &result);
-    result
-}
-
-/// Requeue policy on error.
-pub fn error_policy(redis: Arc<Redis>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.backoff(KIND, &*redis, error)
-}
-
-async fn apply(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
-    let template = pod_template(redis);
-    let desired = Desired {
-        replicas: redis.spec.replicas,
-        revision: revision_of(&template),
-        strategy: ROLLOUT,
-        min_ready_seconds: 0,
-        paused: false,
-    };
-    let owner = owner(redis);
-    let now = Timestamp::now();
-    let plan = plan(&desired, &ctx.observed(&owner), now);
-    let outcome = ctx.act(&owner, &template, &plan).await;
-    if outcome.is_none() {
-        // Creates or deletes are still in flight: the status would describe
-        // a state that the watch is about to replace, and the event that
-        // completes them reconciles again. Writing it anyway doubled the
-        // status writes while converging (see BENCHMARKS.md).
-        return Ok(next_action(false, plan.recheck_after_seconds));
+    fn pod_set(&self) -> Result<PodSetSpec, String> {
+        let template = pod_template(self);
+        Ok(PodSetSpec {
+            desired: Desired {
+                replicas: self.spec.replicas,
+                revision: revision_of(&template),
+                strategy: ROLLOUT,
+                min_ready_seconds: 0,
+                paused: false,
+            },
+            template,
+        })
     }
-    let status = desired_status(redis, &plan, outcome.as_ref(), now);
-    let deferred = ctx
-        .write_status(redis, redis.status.as_ref(), &status)
-        .await?;
-    Ok(match deferred {
-        Some(wait) => Action::requeue(wait),
-        None => next_action(outcome.is_some(), plan.recheck_after_seconds),
-    })
-}
 
-/// Deletes every Pod, newest first; the finalizer goes only once none is
-/// left, so the Redis disappears last.
-async fn cleanup(redis: &Redis, ctx: &Context) -> Result<Action, Error> {
-    ctx.delete_all_pods(&owner(redis)).await?;
-    Ok(Action::await_change())
+    fn replicas(&self) -> i32 {
+        self.spec.replicas
+    }
+
+    fn current_status(&self) -> Option<&RedisStatus> {
+        self.status.as_ref()
+    }
+
+    fn desired_status(&self, report: &Report<'_, ()>) -> (RedisStatus, Option<i64>) {
+        (desired_status(self, report), None)
+    }
 }
 
 #[cfg(test)]
@@ -303,6 +239,19 @@ mod tests {
     use super::*;
     use crate::crd::RedisSpec;
     use crate::crd::redis::PullPolicy;
+    use crate::engine::executor::Failure;
+    use crate::engine::plan::{Plan, plan};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn report<'a>(p: &'a Plan, failure: Option<&'a Failure>, now: Timestamp) -> Report<'a, ()> {
+        Report {
+            plan: p,
+            failure,
+            invalid: None,
+            extras: &(),
+            now,
+        }
+    }
 
     fn redis(port: i32, image: &str) -> Redis {
         let mut r = Redis::new(
@@ -365,7 +314,7 @@ mod tests {
             paused: false,
         };
         let p = plan(&d, &pods, now);
-        let s = desired_status(&r, &p, Some(&Outcome::default()), now);
+        let s = desired_status(&r, &report(&p, None, now));
         assert_eq!(
             (s.replicas, s.ready_replicas, s.updated_replicas),
             (1, 1, 1)
@@ -390,13 +339,24 @@ mod tests {
         r2.status = Some(s.clone());
         let later = Timestamp::from_second(20_000).unwrap();
         assert_eq!(
-            desired_status(
-                &r2,
-                &plan(&d, &pods, later),
-                Some(&Outcome::default()),
-                later
-            ),
+            desired_status(&r2, &report(&plan(&d, &pods, later), None, later)),
             s
         );
+        // A refused create shows, and clears once a step succeeds.
+        let refused = Failure {
+            reason: "FailedCreate",
+            message: "exceeded quota".into(),
+        };
+        let failed = desired_status(&r2, &report(&p, Some(&refused), later));
+        let rf = conditions::find(&failed.conditions, "ReplicaFailure").unwrap();
+        assert_eq!(
+            (rf.status.as_str(), rf.reason.as_str()),
+            ("True", "FailedCreate")
+        );
+        let mut r3 = r2.clone();
+        r3.status = Some(failed);
+        let healed = desired_status(&r3, &report(&p, None, later));
+        let rf = conditions::find(&healed.conditions, "ReplicaFailure").unwrap();
+        assert_eq!(rf.status, "False");
     }
 }

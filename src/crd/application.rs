@@ -4,6 +4,7 @@
 use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
 use k8s_openapi::api::core::v1::{ServiceSpec, ServiceStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
         label_selector_path = ".status.selector"
     ),
     validation = Rule::new("size(self.metadata.name) <= 57").message("metadata.name must be at most 57 characters: Pods are named <name>-<5 characters> and must stay within 63"),
+    validation = Rule::new("!has(self.spec.service) || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter) when spec.service is set: the Service is named after the Application"),
     doc = "An application run on bare Pods with Deployment semantics, plus a Service"
 )]
 #[serde(rename_all = "camelCase")]
@@ -60,8 +62,8 @@ pub struct ApplicationSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationStatus {
-    /// The Pods' state, as a Deployment reports it (Available and
-    /// Progressing conditions included).
+    /// The Pods' counts, as a Deployment reports them (the conditions are in
+    /// `status.conditions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<DeploymentStatus>,
     /// The Service's status.
@@ -70,6 +72,14 @@ pub struct ApplicationStatus {
     /// Label selector of the Pods, in string form (for the scale subresource).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub selector: String,
+    /// When the rollout last made progress (more updated, ready or
+    /// available Pods, or fewer old ones); progressDeadlineSeconds counts
+    /// from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_progress_time: Option<Time>,
+    /// Available, Progressing and ReplicaFailure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// Descriptions of fields below the embedded Kubernetes types are dropped,

@@ -8,11 +8,11 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource};
 use rand::RngExt;
 use tracing::{debug, warn};
 
+use super::events::{EventRecorder, EventType};
 use super::expectations::{Expectations, OwnerKey};
 use super::plan::{DeleteReason, Plan, Victim};
 use crate::metrics::Metrics;
@@ -76,7 +76,7 @@ impl Owner {
 #[derive(Clone)]
 pub struct Executor {
     pub client: Client,
-    pub recorder: Recorder,
+    pub recorder: Arc<EventRecorder>,
     pub expectations: Arc<Expectations>,
     pub metrics: Arc<Metrics>,
     /// Name of the controller, for metrics.
@@ -185,8 +185,20 @@ impl Executor {
             status: None,
         };
         self.expectations.expect_create(&owner.key, &name);
-        match api.create(&PostParams::default(), &pod).await {
-            Ok(_) => {
+        let result = match api.create(&PostParams::default(), &pod).await {
+            // A create the client retried (say after a 504) finds the Pod
+            // its first attempt made: that is a success, if the Pod is ours.
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                match api.get_opt(&name).await {
+                    Ok(Some(p)) if is_owned_by(&p, &owner.reference.uid) => Ok(()),
+                    Ok(_) => Err(kube::Error::Api(s)),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other.map(|_| ()),
+        };
+        match result {
+            Ok(()) => {
                 self.expectations.create_confirmed(&owner.key, &name);
                 self.metrics.pods_created(self.controller);
                 Ok(name)
@@ -223,7 +235,6 @@ impl Executor {
                     let why = match victim.reason {
                         DeleteReason::ScaleDown => "scale down",
                         DeleteReason::Outdated => "outdated template",
-                        DeleteReason::Finished => "pod finished",
                         DeleteReason::Cleanup => "owner deleted",
                     };
                     deleted.push(format!("{} ({why})", victim.name));
@@ -305,15 +316,9 @@ impl Executor {
         action: &'static str,
         note: String,
     ) {
-        let this = self.clone();
-        let target = Owner {
-            key: owner.key.clone(),
-            namespace: owner.namespace.clone(),
-            name: owner.name.clone(),
-            reference: owner.reference.clone(),
-            event_target: owner.event_target.clone(),
-        };
-        tokio::spawn(async move { this.event(&target, type_, reason, action, note).await });
+        let recorder = self.recorder.clone();
+        let target = owner.event_target.clone();
+        tokio::spawn(async move { recorder.publish(&target, type_, reason, action, note).await });
     }
 
     /// Records an Event; a failure to record is logged, never fatal.
@@ -325,34 +330,40 @@ impl Executor {
         action: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &owner.event_target).await {
-            debug!(error = %e, reason, "could not record event");
-        }
+        self.recorder
+            .publish(&owner.event_target, type_, reason, action, note)
+            .await;
     }
 }
 
-/// One Event for every Pod a reconcile created or deleted: "Created pod: a"
-/// or "Created 3 pods: a, b, c" (at most ten names, so that the note stays
-/// well under the Event API's 1 kB limit).
-fn summary(verb: &str, names: &[String]) -> String {
-    const SHOWN: usize = 10;
+fn is_owned_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == uid && r.controller == Some(true))
+}
+
+/// One Event for every batch of Pods a reconcile created or deleted:
+/// "Created pod: a" or "Created 3 pods: a, b, c", naming as many as fit in
+/// the Event API's 1 kB note ("... and 12 more" for the rest).
+pub fn summary(verb: &str, names: &[String]) -> String {
+    const LIMIT: usize = 1000;
     let mut text = match names {
-        [one] => format!("{verb} pod: {one}"),
-        _ => format!(
-            "{verb} {} pods: {}",
-            names.len(),
-            names[..names.len().min(SHOWN)].join(", ")
-        ),
+        [one] => return format!("{verb} pod: {one}"),
+        _ => format!("{verb} {} pods: ", names.len()),
     };
-    if names.len() > SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    for (i, name) in names.iter().enumerate() {
+        let rest = names.len() - i;
+        let tail = format!(" and {rest} more");
+        if text.len() + name.len() + 2 + tail.len() > LIMIT && rest > 1 {
+            text.push_str(tail.trim_start_matches(' '));
+            return text;
+        }
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
     }
     text
 }
@@ -374,8 +385,16 @@ mod tests {
         let names: Vec<String> = (0..12).map(|i| format!("r-{i}")).collect();
         assert_eq!(summary("Created", &names[..1]), "Created pod: r-0");
         assert_eq!(summary("Deleted", &names[..2]), "Deleted 2 pods: r-0, r-1");
-        let long = summary("Created", &names);
-        assert!(long.starts_with("Created 12 pods: r-0, "), "{long}");
-        assert!(long.ends_with("r-9 and 2 more"), "{long}");
+        let twelve = summary("Created", &names);
+        assert!(twelve.starts_with("Created 12 pods: r-0, "), "{twelve}");
+        assert!(twelve.ends_with("r-10, r-11"), "{twelve}");
+        let many: Vec<String> = (0..100).map(|i| format!("redis-{i:05}")).collect();
+        let long = summary("Created", &many);
+        assert!(long.len() <= 1000, "{}", long.len());
+        let shown = long.matches("redis-").count();
+        assert!(
+            long.ends_with(&format!("and {} more", 100 - shown)),
+            "{long}"
+        );
     }
 }

@@ -9,7 +9,9 @@
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
+//! - [`events`]: Events whose notes say what happened, with a flood budget.
 
+pub mod events;
 pub mod executor;
 pub mod expectations;
 pub mod hash;

@@ -13,7 +13,11 @@
 //! - Paused: no Pod is replaced; scaling still applies (new Pods use the
 //!   current template).
 //!
-//! Finished Pods (Succeeded or Failed) are deleted and replaced.
+//! Finished Pods (Succeeded or Failed) do not count and are replaced, but
+//! not deleted: as with ReplicaSets they stay for the Pod garbage collector
+//! (or the owner's deletion), so their status (an eviction's reason, say)
+//! can still be read. Replacements back off when Pods keep finishing: a
+//! Pod the kubelet rejects at once would otherwise be a tight create loop.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -49,8 +53,6 @@ pub enum DeleteReason {
     ScaleDown,
     /// Its template is outdated and a rollout replaces it.
     Outdated,
-    /// It Succeeded or Failed and no longer counts.
-    Finished,
     /// Its owner is being deleted.
     Cleanup,
 }
@@ -107,11 +109,7 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
     let new: Vec<&ObservedPod> = active.iter().copied().filter(|p| is_current(p)).collect();
     let old: Vec<&ObservedPod> = active.iter().copied().filter(|p| !is_current(p)).collect();
 
-    let mut delete: Vec<Victim> = pods
-        .iter()
-        .filter(|p| !p.terminating && !p.is_active())
-        .map(|p| victim(p, DeleteReason::Finished))
-        .collect();
+    let mut delete: Vec<Victim> = Vec::new();
     let mut create = 0;
 
     let total = active.len() as i32;
@@ -194,6 +192,19 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
         }
     }
 
+    let mut recheck_after_seconds = active
+        .iter()
+        .filter(|p| !available(p))
+        .filter_map(|p| p.ready_since)
+        .map(|since| (since.as_second() + min_ready - now.as_second()).max(1))
+        .min();
+    if create > 0
+        && let Some(wait) = finished_backoff(pods, now)
+    {
+        create = 0;
+        recheck_after_seconds = Some(recheck_after_seconds.map_or(wait, |r| r.min(wait)));
+    }
+
     let available_count = active.iter().filter(|p| available(p)).count() as i32;
     let counts = Counts {
         replicas: total,
@@ -208,12 +219,6 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
         && new.iter().all(|p| available(p))
         && counts.terminating == 0
         && delete.is_empty();
-    let recheck_after_seconds = active
-        .iter()
-        .filter(|p| !available(p))
-        .filter_map(|p| p.ready_since)
-        .map(|since| (since.as_second() + min_ready - now.as_second()).max(1))
-        .min();
 
     Plan {
         create,
@@ -223,6 +228,33 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
         rolling: !old.is_empty() && !desired.paused,
         recheck_after_seconds,
     }
+}
+
+/// Finished Pods created this recently count towards the backoff.
+pub const FINISHED_WINDOW_SECONDS: i64 = 600;
+/// The longest wait before replacing Pods that keep finishing.
+pub const FINISHED_BACKOFF_MAX_SECONDS: i64 = 300;
+
+/// Seconds to wait before creating again, when Pods keep finishing: with
+/// `k` finished Pods created in the last [`FINISHED_WINDOW_SECONDS`], the
+/// first replacement goes at once, then 1, 2, 4, ... seconds (at most
+/// [`FINISHED_BACKOFF_MAX_SECONDS`]) after the newest of them was created.
+/// A Pod that ran for long and then failed is replaced at once.
+pub fn finished_backoff(pods: &[ObservedPod], now: Timestamp) -> Option<i64> {
+    let recent: Vec<i64> = pods
+        .iter()
+        .filter(|p| !p.terminating && p.is_finished())
+        .map(|p| p.created.as_second())
+        .filter(|c| now.as_second() - c < FINISHED_WINDOW_SECONDS)
+        .collect();
+    let k = recent.len() as u32;
+    if k < 2 {
+        return None;
+    }
+    let newest = recent.into_iter().max()?;
+    let delay = (1i64 << (k - 2).min(16)).min(FINISHED_BACKOFF_MAX_SECONDS);
+    let left = newest + delay - now.as_second();
+    (left > 0).then_some(left)
 }
 
 fn ranked<'a>(pods: &[&'a ObservedPod]) -> Vec<&'a ObservedPod> {
@@ -343,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn terminating_and_finished_pods_do_not_count_and_finished_ones_go() {
+    fn terminating_and_finished_pods_do_not_count_and_finished_ones_stay() {
         let mut gone = pod("gone", "h", 1);
         gone.terminating = true;
         let mut failed = pod("failed", "h", 2);
@@ -352,10 +384,44 @@ mod tests {
         let ok = pod("ok", "h", 3);
         let p = plan(&desired(2, "h", ONE_AT_A_TIME), &[gone, failed, ok], now());
         assert_eq!(p.create, 1);
-        assert_eq!(names(&p.delete), ["failed"]);
-        assert_eq!(p.delete[0].reason, DeleteReason::Finished);
+        assert!(p.delete.is_empty(), "finished Pods are left for PodGC");
         assert_eq!(p.counts.replicas, 1);
         assert_eq!(p.counts.terminating, 1);
+    }
+
+    #[test]
+    fn pods_that_keep_finishing_are_replaced_with_backoff() {
+        let t = now().as_second();
+        let failed = |name: &str, created: i64| {
+            let mut p = pod(name, "h", created);
+            p.phase = Phase::Failed;
+            p.ready_since = None;
+            p
+        };
+        // One rejected Pod: replaced at once.
+        let p = plan(
+            &desired(1, "h", ONE_AT_A_TIME),
+            &[failed("f1", t - 1)],
+            now(),
+        );
+        assert_eq!(p.create, 1);
+        // Four in a row, the newest a second old: wait 4 s from its creation.
+        let pods: Vec<_> = (0..4)
+            .map(|i| failed(&format!("f{i}"), t - 10 + 3 * i))
+            .collect();
+        let p = plan(&desired(1, "h", ONE_AT_A_TIME), &pods, now());
+        assert_eq!(p.create, 0);
+        assert_eq!(p.recheck_after_seconds, Some(3));
+        let later = Timestamp::from_second(t + 3).unwrap();
+        assert_eq!(
+            plan(&desired(1, "h", ONE_AT_A_TIME), &pods, later).create,
+            1
+        );
+        // Old failures do not hold anything back.
+        let old: Vec<_> = (0..4)
+            .map(|i| failed(&format!("o{i}"), t - 3600 + i))
+            .collect();
+        assert_eq!(plan(&desired(1, "h", ONE_AT_A_TIME), &old, now()).create, 1);
     }
 
     #[test]

@@ -43,6 +43,11 @@ impl ObservedPod {
         !self.terminating && !matches!(self.phase, Phase::Succeeded | Phase::Failed)
     }
 
+    /// Succeeded or Failed: it will not run again.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Succeeded | Phase::Failed)
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready_since.is_some()
     }

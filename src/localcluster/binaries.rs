@@ -40,18 +40,46 @@ pub fn cache_root() -> PathBuf {
 }
 
 /// One Go build: a wrapper module and the packages to build from it.
-struct GoBuild {
+pub(crate) struct GoBuild {
     /// Cache key and directory name, e.g. `kubernetes-v1.37.2`.
-    key: String,
+    pub key: String,
     /// Contents of the wrapper module's go.mod.
-    go_mod: String,
+    pub go_mod: String,
     /// Import paths of main packages.
-    packages: Vec<String>,
+    pub packages: Vec<String>,
     /// Extra `-ldflags`.
-    ldflags: String,
+    pub ldflags: String,
     /// Output name when a single package is built whose import path does
     /// not end in the binary's name (etcd's ends in `v3`).
-    output_name: Option<&'static str>,
+    pub output_name: Option<&'static str>,
+    /// Build tags (`-tags`).
+    pub tags: Vec<String>,
+    /// Build with cgo (runc needs it); everything else is static without.
+    pub cgo: bool,
+}
+
+impl GoBuild {
+    /// A build of `packages` from a wrapper module requiring `require`
+    /// (`module version` lines), without cgo, tags or extra flags.
+    pub(crate) fn new(key: String, require: &[String], packages: &[&str]) -> Self {
+        let mut go_mod = format!(
+            "module podkeeper.dev/build/{}\n\ngo {}\n\n",
+            key.split("-v").next().unwrap_or(&key),
+            versions::GO_DIRECTIVE
+        );
+        for line in require {
+            go_mod.push_str(&format!("require {line}\n"));
+        }
+        GoBuild {
+            key,
+            go_mod,
+            packages: packages.iter().map(|p| p.to_string()).collect(),
+            ldflags: String::new(),
+            output_name: None,
+            tags: Vec::new(),
+            cgo: false,
+        }
+    }
 }
 
 /// Builds whatever is missing and returns the paths. Blocking; it may take
@@ -97,6 +125,8 @@ fn etcd_build() -> GoBuild {
         packages: vec!["go.etcd.io/etcd/server/v3".into()],
         ldflags: format!("-X go.etcd.io/etcd/api/v3/version.GitSHA=v{v}"),
         output_name: Some("etcd"),
+        tags: Vec::new(),
+        cgo: false,
     }
 }
 
@@ -111,6 +141,8 @@ fn kwok_build() -> GoBuild {
         packages: vec!["sigs.k8s.io/kwok/cmd/kwok".into()],
         ldflags: String::new(),
         output_name: None,
+        tags: Vec::new(),
+        cgo: false,
     }
 }
 
@@ -119,6 +151,19 @@ fn kwok_build() -> GoBuild {
 /// repository. The wrapper maps every one of them to the published
 /// `v0.X.Y` of the same release.
 fn kubernetes_build() -> Result<GoBuild, Error> {
+    kubernetes_build_of(
+        "kubernetes",
+        &[
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ],
+    )
+}
+
+/// A build of `commands` (under k8s.io/kubernetes/cmd) of [`versions::KUBERNETES`],
+/// cached under `<name>-v<version>`.
+pub(crate) fn kubernetes_build_of(name: &str, commands: &[&str]) -> Result<GoBuild, Error> {
     let v = versions::KUBERNETES;
     let staging = staging_modules(v)?;
     let staging_version = versions::staging_version();
@@ -142,18 +187,16 @@ fn kubernetes_build() -> Result<GoBuild, Error> {
         ));
     }
     Ok(GoBuild {
-        key: format!("kubernetes-v{v}"),
+        key: format!("{name}-v{v}"),
         go_mod,
-        packages: [
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-        ]
-        .iter()
-        .map(|c| format!("k8s.io/kubernetes/cmd/{c}"))
-        .collect(),
+        packages: commands
+            .iter()
+            .map(|c| format!("k8s.io/kubernetes/cmd/{c}"))
+            .collect(),
         ldflags,
         output_name: None,
+        tags: Vec::new(),
+        cgo: false,
     })
 }
 
@@ -228,7 +271,7 @@ fn go_missing(e: std::io::Error) -> Error {
 /// Returns the output directory of `build`, building it first if it has no
 /// completion marker. Outputs are written to a temporary directory and
 /// renamed into place, so an interrupted build never looks finished.
-fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, Error> {
+pub(crate) fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, Error> {
     let out_dir = root.join("bin").join(&build.key);
     if out_dir.join(".complete").exists() {
         return Ok(out_dir);
@@ -249,9 +292,16 @@ fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, Error> {
     fs::create_dir_all(&tmp_out)
         .map_err(|e| Error::io(format!("creating {}", tmp_out.display()), e))?;
 
-    let mut child = go()
+    let mut go = go();
+    go.args(["build", "-v", "-mod=mod", "-trimpath"]);
+    if build.cgo {
+        go.env("CGO_ENABLED", "1");
+    }
+    if !build.tags.is_empty() {
+        go.arg(format!("-tags={}", build.tags.join(",")));
+    }
+    let mut child = go
         .current_dir(&module_dir)
-        .args(["build", "-v", "-mod=mod", "-trimpath"])
         .arg(format!("-ldflags=-s -w{}", prefix_space(&build.ldflags)))
         .arg("-o")
         .arg(match build.output_name {

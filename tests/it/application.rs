@@ -90,17 +90,14 @@ async fn converged(env: &TestEnv, name: &str, n: i32, image: &str) -> (Applicati
 fn find_condition(a: &Application, type_: &str) -> Option<(String, String)> {
     let c = a
         .status
-        .as_ref()
-        .and_then(|s| s.workflow.as_ref())
-        .and_then(|w| w.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_.as_deref() == Some(type_)))?;
-    Some((
-        c.status.clone().unwrap_or_default(),
-        c.reason.clone().unwrap_or_default(),
-    ))
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone()))
 }
 
-fn workflow_condition(a: &Application, type_: &str) -> (String, String) {
+fn condition(a: &Application, type_: &str) -> (String, String) {
     find_condition(a, type_).unwrap_or_else(|| panic!("no {type_} condition"))
 }
 
@@ -144,7 +141,7 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
     // Without template labels, the Pods get the selector's matchLabels.
     assert_eq!(pods[0].labels()["app"], "nginx");
     assert_eq!(
-        workflow_condition(&a, "Available"),
+        condition(&a, "Available"),
         ("True".into(), "MinimumReplicasAvailable".into())
     );
     assert_eq!(a.status.as_ref().unwrap().selector, "app=nginx");
@@ -355,7 +352,7 @@ async fn paused_holds_the_rollout_until_resumed() {
     })
     .await;
     assert_eq!(
-        workflow_condition(&a, "Progressing"),
+        condition(&a, "Progressing"),
         ("Unknown".into(), "RolloutPaused".into())
     );
     let w = a.status.unwrap().workflow.unwrap();

@@ -297,7 +297,9 @@ impl Operator {
         Self::start_with(namespace, &[], Some(kubeconfig.to_path_buf()))
     }
 
-    fn start_with(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>) -> Self {
+    /// Starts `podkeeper run --namespace NS EXTRA...` with the credentials
+    /// of `kubeconfig` (default: the shared cluster's operator ones).
+    pub fn start_with(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>) -> Self {
         let n = rand::random::<u16>();
         let mut op = Operator {
             child: None,
@@ -459,6 +461,36 @@ impl Operator {
     /// The operator's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of `field` on the first log line containing `message`
+    /// (text log format: `message field=value ...`).
+    pub fn log_field(&self, message: &str, field: &str) -> Option<String> {
+        let log = self.log_text();
+        let line = log.lines().find(|l| l.contains(message))?;
+        let key = format!("{field}=");
+        let start = line.find(&key)? + key.len();
+        Some(
+            line[start..]
+                .split_whitespace()
+                .next()?
+                .trim_matches('"')
+                .to_string(),
+        )
+    }
+
+    /// The resident set size in KiB (`VmRSS` of /proc/PID/status), while
+    /// running.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
     }
 }
 

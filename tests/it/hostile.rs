@@ -182,6 +182,14 @@ fn rejected() -> Vec<(Value, &'static str)> {
         ),
         (
             app(
+                "1st-web",
+                deployment(l.clone(), s.clone(), web()),
+                Some(json!({"ports": [{"port": 80}]})),
+            ),
+            "DNS-1035",
+        ),
+        (
+            app(
                 &"a".repeat(58),
                 deployment(l.clone(), s.clone(), web()),
                 None,
@@ -268,16 +276,11 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         tried += 1;
     }
     let condition = |a: &Application, reason: &str| {
-        a.status
-            .as_ref()
-            .and_then(|s| s.workflow.as_ref())
-            .and_then(|w| w.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.type_.as_deref() == Some("ReplicaFailure")
-                        && c.reason.as_deref() == Some(reason)
-                })
-            })
+        a.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "ReplicaFailure" && c.status == "True" && c.reason == reason)
+        })
     };
     wait_for("InvalidSpec on app-expressions", TIMEOUT, || async {
         condition(&apps.get("app-expressions").await.ok()?, "InvalidSpec").then_some(())

@@ -3,8 +3,14 @@
 mod application;
 mod bench;
 mod cluster;
+mod dev;
 mod harness;
 mod hostile;
+#[cfg(feature = "kind-e2e")]
+mod kind;
+mod leader;
+mod proxy;
 mod redis;
 mod reliability;
 mod ship;
+mod transients;

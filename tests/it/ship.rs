@@ -80,6 +80,10 @@ async fn a_standby_takes_over_when_the_leader_dies_and_a_stopping_leader_hands_o
         &lease_name,
         "--leader-election-lease-duration",
         "4",
+        "--leader-election-renew-deadline",
+        "3s",
+        "--leader-election-retry-period",
+        "1s",
     ];
     let mut first = Operator::start(&env.namespace, &args);
     let leader_id = wait_for("a leader", TIMEOUT, || async {
@@ -105,7 +109,8 @@ async fn a_standby_takes_over_when_the_leader_dies_and_a_stopping_leader_hands_o
         Some(leader_id.as_str())
     );
     first.kill();
-    // Within the lease duration (plus the standby's retry interval).
+    // Within the lease duration (counted from when the standby last saw the
+    // Lease renewed) plus one retry period with its jitter.
     let took_over = wait_for(
         "the standby to take over",
         Duration::from_secs(duration + 6),

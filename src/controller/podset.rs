@@ -1,0 +1,319 @@
+//! One reconciler for every kind that owns a set of Pods.
+//!
+//! A kind implements [`PodSet`] with pure functions only: the Pods it asks
+//! for (template, replicas, strategy) or why its spec cannot work, and its
+//! status from the engine's [`Report`]. Objects of its own besides the Pods
+//! (the Application's Service) come through [`Extras`]. [`reconcile`] owns
+//! the order of operations, the same for every kind:
+//!
+//! 1. the finalizer (kube-runtime's `finalizer()`): added first, and on
+//!    deletion [`cleanup`] runs instead of the steps below;
+//! 2. expectations, checked *before* the snapshot, as the ReplicaSet
+//!    controller does: a Pod indexed after the snapshot may clear an
+//!    expectation, but the snapshot then cannot be the stale one;
+//! 3. the snapshot of the owner's Pods from the watch cache;
+//! 4. the plan (pure);
+//! 5. acting on it, only if the expectations were satisfied, and the
+//!    extras;
+//! 6. the status, written only when it changed;
+//! 7. the requeue: a failed step (create, delete, extras, status write) is
+//!    an error, retried with per-object backoff ([`super::backoff_delay`])
+//!    until it succeeds; otherwise when the plan says to look again.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use super::{Context, Error, FINALIZER, next_action};
+use crate::engine::events::EventType;
+use crate::engine::executor::{Failure, Outcome, Owner, summary};
+use crate::engine::plan::{Desired, Plan, Strategy, plan};
+
+/// The finalizer the API server adds for `propagationPolicy: Orphan`
+/// (`kubectl delete --cascade=orphan`).
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// What a kind asks of the Pod engine.
+#[derive(Clone, Debug)]
+pub struct PodSetSpec {
+    pub template: PodTemplateSpec,
+    pub desired: Desired,
+}
+
+/// What the engine tells a kind to build its status from.
+pub struct Report<'a, X> {
+    pub plan: &'a Plan,
+    /// The first refused step of this reconcile, if any.
+    pub failure: Option<&'a Failure>,
+    /// Why the spec cannot work, when it cannot (nothing was done).
+    pub invalid: Option<&'a str>,
+    /// What the extras reported.
+    pub extras: &'a X,
+    pub now: Timestamp,
+}
+
+/// A kind whose objects own a set of Pods.
+pub trait PodSet:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind, as in owner keys and logs.
+    const KIND: &'static str;
+    type Status: Serialize + PartialEq + Send + Sync;
+    type Extras: Extras<Self>;
+
+    /// The Pods asked for, or why the spec cannot work. Pure.
+    fn pod_set(&self) -> Result<PodSetSpec, String>;
+    /// Replicas asked for, even when the spec is invalid (for counts).
+    fn replicas(&self) -> i32;
+    /// The status the object shows now.
+    fn current_status(&self) -> Option<&Self::Status>;
+    /// The status to show, and in how many seconds to look again (say for
+    /// a progress deadline). Pure.
+    fn desired_status(
+        &self,
+        report: &Report<'_, <Self::Extras as Extras<Self>>::Report>,
+    ) -> (Self::Status, Option<i64>);
+}
+
+/// Objects of a kind's own besides its Pods.
+pub trait Extras<K>: Send + Sync + 'static {
+    /// What goes into the status.
+    type Report: Send + Sync;
+    /// Brings them in line with `obj`; a refused step is returned with the
+    /// report (which should then keep what the status said before).
+    fn apply(
+        &self,
+        obj: &K,
+        ctx: &Context,
+        owner: &Owner,
+    ) -> impl Future<Output = (Self::Report, Option<Failure>)> + Send;
+    /// The report that keeps what the status says, when nothing was applied.
+    fn kept(&self, obj: &K) -> Self::Report;
+    /// Deletes them before the Pods; `Ok(true)` once they are gone.
+    fn cleanup(
+        &self,
+        obj: &K,
+        ctx: &Context,
+        owner: &Owner,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+}
+
+/// No extras (Redis).
+pub struct NoExtras;
+
+impl<K: Sync> Extras<K> for NoExtras {
+    type Report = ();
+    async fn apply(&self, _: &K, _: &Context, _: &Owner) -> ((), Option<Failure>) {
+        ((), None)
+    }
+    fn kept(&self, _: &K) {}
+    async fn cleanup(&self, _: &K, _: &Context, _: &Owner) -> Result<bool, Error> {
+        Ok(true)
+    }
+}
+
+/// The context of one kind's controller.
+pub struct Ctx<K: PodSet> {
+    pub inner: Arc<Context>,
+    pub extras: K::Extras,
+}
+
+impl<K: PodSet> Ctx<K> {
+    pub fn new(inner: Arc<Context>, extras: K::Extras) -> Arc<Self> {
+        Arc::new(Ctx { inner, extras })
+    }
+}
+
+/// Entry point of every Pod-set controller.
+pub async fn reconcile<K: PodSet>(obj: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Action, Error> {
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = K::KIND,
+        namespace = %obj.namespace().unwrap_or_default(),
+        name = %obj.name_any()
+    );
+    async {
+        let started = Instant::now();
+        let api: Api<K> = Api::namespaced(
+            ctx.inner.client.clone(),
+            &obj.namespace().unwrap_or_default(),
+        );
+        let result = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+            match event {
+                Finalizer::Apply(o) => apply(&*o, &ctx).await,
+                Finalizer::Cleanup(o) => cleanup(&*o, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)));
+        ctx.inner.record(K::KIND, &*obj, started, &result);
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Requeue policy on error: per-object exponential backoff.
+pub fn error_policy<K: PodSet>(obj: Arc<K>, error: &Error, ctx: Arc<Ctx<K>>) -> Action {
+    ctx.inner.backoff(K::KIND, &*obj, error)
+}
+
+async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
+    let inner = &ctx.inner;
+    let owner = Owner::of(obj, K::KIND);
+    let now = Timestamp::now();
+    let satisfied = inner.executor.expectations.satisfied(&owner.key);
+    let pods = inner.observed(&owner);
+
+    let spec = match obj.pod_set() {
+        Ok(spec) => spec,
+        Err(message) => {
+            // Nothing is created from a spec that cannot work; what exists
+            // is left alone and the reason shown. Only a spec change helps.
+            inner
+                .executor
+                .event(
+                    &owner,
+                    EventType::Warning,
+                    "InvalidSpec",
+                    "Validate",
+                    message.clone(),
+                )
+                .await;
+            let hold = Desired {
+                replicas: obj.replicas(),
+                revision: String::new(),
+                strategy: Strategy::Recreate,
+                min_ready_seconds: 0,
+                paused: true,
+            };
+            let plan = plan(&hold, &pods, now);
+            let extras = ctx.extras.kept(obj);
+            let (status, _) = obj.desired_status(&Report {
+                plan: &plan,
+                failure: None,
+                invalid: Some(&message),
+                extras: &extras,
+                now,
+            });
+            let deferred = inner
+                .write_status(obj, obj.current_status(), &status)
+                .await?;
+            return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
+        }
+    };
+
+    let plan = plan(&spec.desired, &pods, now);
+    let outcome = if satisfied {
+        Some(act(inner, &owner, &spec.template, &plan).await)
+    } else {
+        None
+    };
+    let (extras, extras_failure) = ctx.extras.apply(obj, inner, &owner).await;
+    let Some(outcome) = outcome else {
+        // Creates or deletes are still in flight: the status would describe
+        // a state the watch is about to replace, and the event that
+        // completes them reconciles again.
+        if let Some(f) = extras_failure {
+            return Err(Error::Step(f));
+        }
+        return Ok(next_action(false, plan.recheck_after_seconds));
+    };
+    let failure = outcome.failure.or(extras_failure);
+    let (status, recheck) = obj.desired_status(&Report {
+        plan: &plan,
+        failure: failure.as_ref(),
+        invalid: None,
+        extras: &extras,
+        now,
+    });
+    let deferred = inner
+        .write_status(obj, obj.current_status(), &status)
+        .await?;
+    if let Some(f) = failure {
+        return Err(Error::Step(f));
+    }
+    if let Some(wait) = deferred {
+        return Ok(Action::requeue(wait));
+    }
+    let recheck = match (plan.recheck_after_seconds, recheck) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(next_action(true, recheck))
+}
+
+async fn act(ctx: &Context, owner: &Owner, template: &PodTemplateSpec, plan: &Plan) -> Outcome {
+    if plan.create == 0 && plan.delete.is_empty() {
+        return Outcome::default();
+    }
+    let outcome = ctx.executor.execute(owner, template, plan).await;
+    if outcome.created > 0 || outcome.deleted > 0 {
+        tracing::info!(
+            created = outcome.created,
+            deleted = outcome.deleted,
+            "pods changed"
+        );
+    }
+    outcome
+}
+
+/// Deletion: the extras first (the Service, to stop traffic), then the
+/// Pods, newest first; the finalizer goes only once none is left, so the
+/// owner disappears last. With the `orphan` finalizer (`kubectl delete
+/// --cascade=orphan`) nothing is deleted: the garbage collector removes
+/// the owner references and the Pods keep running.
+pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
+    let inner = &ctx.inner;
+    let owner = Owner::of(obj, K::KIND);
+    if obj.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
+        let mut names: Vec<String> = inner
+            .observed(&owner)
+            .into_iter()
+            .filter(|p| !p.terminating)
+            .map(|p| p.name)
+            .collect();
+        names.sort();
+        let what = if names.is_empty() {
+            "no Pods to keep".to_string()
+        } else {
+            summary("keeping", &names)
+        };
+        inner
+            .executor
+            .event(
+                &owner,
+                EventType::Normal,
+                "Orphaning",
+                "Cleanup",
+                format!(
+                    "Deleted with propagationPolicy Orphan: {what}; the garbage collector removes their owner references"
+                ),
+            )
+            .await;
+        inner.forget(&owner);
+        return Ok(Action::await_change());
+    }
+    if !ctx.extras.cleanup(obj, inner, &owner).await? {
+        return Err(Error::CleanupPending { remaining: 1 });
+    }
+    inner.delete_all_pods(&owner).await?;
+    Ok(Action::await_change())
+}

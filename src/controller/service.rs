@@ -1,0 +1,323 @@
+//! The Application's Service: applied with server-side apply from
+//! `spec.service`, put right when someone edits or deletes it, deleted when
+//! `spec.service` is removed, and deleted first on cleanup. Refused steps
+//! are returned as failures, so the reconcile retries them with backoff (a
+//! nodePort that frees up is taken with no other change).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Service, ServiceStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use super::podset::Extras;
+use super::{Context, Error, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::crd::Application;
+use crate::engine::events::EventType;
+use crate::engine::executor::{Failure, Owner, api_message};
+use crate::engine::hash::template_hash;
+
+const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Hash of the Service podkeeper last applied, to notice fields removed
+/// from `spec.service`.
+const APPLIED_HASH_ANNOTATION: &str = "podkeeper.dev/applied-hash";
+
+/// The Services podkeeper manages (label-selected watch cache).
+pub struct ServiceExtras {
+    pub services: Store<Service>,
+}
+
+/// The Service to apply, if `spec.service` is set. Pure.
+pub fn desired_service(app: &Application, owner: &Owner) -> Option<Service> {
+    let mut spec = app.spec.service.clone()?;
+    if spec.selector.as_ref().is_none_or(|s| s.is_empty()) {
+        spec.selector = app.spec.deployment.selector.match_labels.clone();
+    }
+    for port in spec.ports.iter_mut().flatten() {
+        port.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    let mut service = Service {
+        metadata: ObjectMeta {
+            name: Some(owner.name.clone()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(
+                [
+                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+                    (INSTANCE_LABEL.to_string(), owner.name.clone()),
+                ]
+                .into(),
+            ),
+            owner_references: Some(vec![owner.reference.clone()]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    let hash = template_hash(&service);
+    service.metadata.annotations = Some([(APPLIED_HASH_ANNOTATION.to_string(), hash)].into());
+    Some(service)
+}
+
+/// Whether every field set in `want` has the same value in `have` (lists
+/// element by element). Allocated fields that `want` leaves out, such as
+/// clusterIP or an unspecified nodePort, do not count.
+pub fn is_subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| v.is_null() || h.get(k).is_some_and(|hv| is_subset(v, hv))),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b))
+        }
+        _ => want == have,
+    }
+}
+
+/// The live Service still says what podkeeper applied.
+fn service_in_sync(want: &Service, live: &Service) -> bool {
+    let (Ok(w), Ok(h)) = (serde_json::to_value(want), serde_json::to_value(live)) else {
+        return false;
+    };
+    [
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/metadata/ownerReferences",
+        "/spec",
+    ]
+    .iter()
+    .all(|p| match (w.pointer(p), h.pointer(p)) {
+        (Some(wv), Some(hv)) => is_subset(wv, hv),
+        (Some(_), None) => false,
+        _ => true,
+    })
+}
+
+fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
+    services.state().into_iter().find(|s| {
+        s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
+            && s.owner_references()
+                .iter()
+                .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
+    })
+}
+
+async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: svc.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&svc.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn failure(message: String) -> Failure {
+    Failure {
+        reason: "FailedService",
+        message,
+    }
+}
+
+/// The Service's status as the Application shows it: `None` when there is
+/// no Service.
+pub type Network = Option<ServiceStatus>;
+
+impl Extras<Application> for ServiceExtras {
+    type Report = Network;
+
+    async fn apply(
+        &self,
+        app: &Application,
+        ctx: &Context,
+        owner: &Owner,
+    ) -> (Network, Option<Failure>) {
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let live = live_service(&self.services, owner);
+        match (desired_service(app, owner), live) {
+            (Some(want), Some(live)) if service_in_sync(&want, &live) => {
+                (live.status.clone(), None)
+            }
+            (Some(want), live) => {
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                match api.patch(&owner.name, &params, &Patch::Apply(&want)).await {
+                    Ok(applied) => {
+                        let (reason, note) = if live.is_some() {
+                            (
+                                "ServiceUpdated",
+                                format!("Updated Service {} to match spec.service", owner.name),
+                            )
+                        } else {
+                            ("ServiceCreated", format!("Created Service {}", owner.name))
+                        };
+                        ctx.executor
+                            .event(owner, EventType::Normal, reason, "ApplyService", note)
+                            .await;
+                        (applied.status, None)
+                    }
+                    Err(e) => {
+                        let message =
+                            format!("Error applying Service {}: {}", owner.name, api_message(&e));
+                        ctx.executor
+                            .event(
+                                owner,
+                                EventType::Warning,
+                                "FailedService",
+                                "ApplyService",
+                                message.clone(),
+                            )
+                            .await;
+                        (self.kept(app), Some(failure(message)))
+                    }
+                }
+            }
+            (None, Some(live)) => match delete_service(&api, &live).await {
+                Ok(()) => {
+                    ctx.executor
+                        .event(
+                            owner,
+                            EventType::Normal,
+                            "ServiceDeleted",
+                            "DeleteService",
+                            format!("Deleted Service {}: spec.service was removed", owner.name),
+                        )
+                        .await;
+                    (None, None)
+                }
+                Err(e) => {
+                    let message =
+                        format!("Error deleting Service {}: {}", owner.name, api_message(&e));
+                    ctx.executor
+                        .event(
+                            owner,
+                            EventType::Warning,
+                            "FailedService",
+                            "DeleteService",
+                            message.clone(),
+                        )
+                        .await;
+                    (self.kept(app), Some(failure(message)))
+                }
+            },
+            (None, None) => (None, None),
+        }
+    }
+
+    fn kept(&self, app: &Application) -> Network {
+        app.status.as_ref().and_then(|s| s.network.clone())
+    }
+
+    /// The Service first, to stop traffic: `Ok(true)` once it is gone.
+    async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
+        let Some(svc) = live_service(&self.services, owner) else {
+            return Ok(true);
+        };
+        if svc.metadata.deletion_timestamp.is_none() {
+            let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+            if let Err(e) = delete_service(&api, &svc).await {
+                return Err(Error::Step(failure(format!(
+                    "Error deleting Service {}: {}",
+                    svc.name_any(),
+                    api_message(&e)
+                ))));
+            }
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Normal,
+                    "Cleanup",
+                    "Cleanup",
+                    format!("Deleted Service {} before the Pods", svc.name_any()),
+                )
+                .await;
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn app(extra: Value) -> Application {
+        let mut spec = json!({
+            "deployment": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "nginx"}},
+                "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2"}]}}
+            },
+            "service": {"type": "NodePort", "ports": [{"port": 80, "targetPort": 80}]}
+        });
+        merge(&mut spec, extra);
+        let mut a = Application::new("web", serde_json::from_value(spec).unwrap());
+        a.metadata.namespace = Some("ns".into());
+        a.metadata.uid = Some("uid-web".into());
+        a.metadata.generation = Some(1);
+        a
+    }
+
+    fn merge(a: &mut Value, b: Value) {
+        match (a, b) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn owner(a: &Application) -> Owner {
+        Owner::of(a, "Application")
+    }
+
+    #[test]
+    fn service_defaults_its_selector_and_detects_drift_but_not_allocations() {
+        let a = app(json!({}));
+        let o = owner(&a);
+        let want = desired_service(&a, &o).unwrap();
+        let spec = want.spec.as_ref().unwrap();
+        assert_eq!(spec.selector.as_ref().unwrap()["app"], "nginx");
+        assert_eq!(
+            spec.ports.as_ref().unwrap()[0].protocol.as_deref(),
+            Some("TCP")
+        );
+
+        let mut live = want.clone();
+        let live_spec = live.spec.as_mut().unwrap();
+        live_spec.cluster_ip = Some("10.96.0.10".into());
+        live_spec.ports.as_mut().unwrap()[0].node_port = Some(31234);
+        assert!(
+            service_in_sync(&want, &live),
+            "allocated values are not drift"
+        );
+        live.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        assert!(!service_in_sync(&want, &live), "an edited type is drift");
+
+        let changed = app(json!({"service": {"ports": [{"port": 8080, "targetPort": 80}]}}));
+        let want2 = desired_service(&changed, &o).unwrap();
+        assert_ne!(want.metadata.annotations, want2.metadata.annotations);
+        assert!(desired_service(&app(json!({"service": null})), &o).is_none());
+    }
+
+    #[test]
+    fn subset_ignores_extra_fields_but_not_changed_ones() {
+        assert!(is_subset(
+            &json!({"a": 1, "l": [{"x": 1}]}),
+            &json!({"a": 1, "b": 2, "l": [{"x": 1, "y": 2}]})
+        ));
+        assert!(!is_subset(&json!({"a": 1}), &json!({"a": 2})));
+        assert!(!is_subset(
+            &json!({"l": [{"x": 1}]}),
+            &json!({"l": [{"x": 1}, {"x": 2}]})
+        ));
+    }
+}

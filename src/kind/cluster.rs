@@ -1,0 +1,434 @@
+//! A kind cluster on the node image: kind's configuration (pure), creating
+//! the cluster, and the Pod network, which is ours instead of kindnetd (whose
+//! image cannot be pulled here): each node gets a CNI configuration for its
+//! own Pod CIDR (ptp + host-local + portmap) and a route to every other
+//! node's Pod CIDR through that node's address.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{Error, docker, versions as v};
+
+/// kind's cluster configuration: one control plane, `workers` workers, no
+/// default CNI, kubeadm pointed at the preloaded images, and the kubelet
+/// allowed to run on cgroup v1 (kubelet 1.37 refuses it by default).
+pub fn kind_config(workers: u32) -> String {
+    let mut nodes = String::from("- role: control-plane\n");
+    for _ in 0..workers {
+        nodes.push_str("- role: worker\n");
+    }
+    format!(
+        "kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  disableDefaultCNI: true
+nodes:
+{nodes}kubeadmConfigPatches:
+- |
+  kind: ClusterConfiguration
+  imageRepository: {repo}
+  etcd:
+    local:
+      imageTag: {etcd}
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+- |
+  kind: InitConfiguration
+  nodeRegistration:
+    imagePullPolicy: Never
+- |
+  kind: JoinConfiguration
+  nodeRegistration:
+    imagePullPolicy: Never
+",
+        repo = v::CLUSTER_IMAGE_REPOSITORY,
+        etcd = v::etcd_tag(),
+    )
+}
+
+/// What the Pod network needs to know about a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub name: String,
+    pub ip: String,
+    pub pod_cidr: String,
+}
+
+/// The nodes of a `kubectl get nodes -o json` answer (those with a Pod
+/// CIDR and an InternalIP).
+pub fn parse_nodes(json: &Value) -> Vec<NodeAddress> {
+    json["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|node| {
+            let name = node["metadata"]["name"].as_str()?.to_string();
+            let pod_cidr = node["spec"]["podCIDR"].as_str()?.to_string();
+            let ip = node["status"]["addresses"]
+                .as_array()?
+                .iter()
+                .find(|a| a["type"] == "InternalIP")?["address"]
+                .as_str()?
+                .to_string();
+            Some(NodeAddress { name, ip, pod_cidr })
+        })
+        .collect()
+}
+
+/// The CNI configuration of a node whose Pods get addresses from `pod_cidr`.
+pub fn cni_config(pod_cidr: &str) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "podkeeper",
+        "plugins": [
+            {
+                "type": "ptp",
+                "ipMasq": false,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": pod_cidr }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }]
+                }
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } }
+        ]
+    })
+    .to_string()
+}
+
+/// The shell run on `node`: its CNI configuration, forwarding on, and a
+/// route to each other node's Pods.
+pub fn network_script(node: &NodeAddress, all: &[NodeAddress]) -> String {
+    let mut script = format!(
+        "set -e\nsysctl -qw net.ipv4.ip_forward=1\nmkdir -p /etc/cni/net.d\ncat > /etc/cni/net.d/10-podkeeper.conflist.tmp <<'EOF'\n{}\nEOF\nmv /etc/cni/net.d/10-podkeeper.conflist.tmp /etc/cni/net.d/10-podkeeper.conflist\n",
+        cni_config(&node.pod_cidr)
+    );
+    for other in all.iter().filter(|o| o.name != node.name) {
+        script.push_str(&format!(
+            "ip route replace {} via {}\n",
+            other.pod_cidr, other.ip
+        ));
+    }
+    script
+}
+
+/// CoreDNS's Corefile without its `forward` block: names outside the
+/// cluster are not resolved. The nodes' resolver is Docker's 127.0.0.11,
+/// which from a Pod's network namespace is CoreDNS itself (a loop CoreDNS
+/// detects and exits on), and the cluster sends no traffic elsewhere.
+pub fn corefile_without_forward(corefile: &str) -> String {
+    let balance = |line: &str| line.matches('{').count() as i64 - line.matches('}').count() as i64;
+    let mut out = String::new();
+    // Open braces of the forward block being skipped.
+    let mut skipping: i64 = 0;
+    for line in corefile.lines() {
+        if skipping > 0 {
+            skipping += balance(line);
+            continue;
+        }
+        if line.trim_start().starts_with("forward ") {
+            skipping = balance(line);
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Options of [`up`].
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    pub name: String,
+    pub workers: u32,
+}
+
+fn kind(kind: &Path) -> Command {
+    let mut cmd = Command::new(kind);
+    // kind finds docker on PATH; nothing else to set.
+    cmd.env("KIND_EXPERIMENTAL_PROVIDER", "docker");
+    cmd
+}
+
+/// The names of existing kind clusters.
+pub fn clusters(kind_bin: &Path) -> Result<Vec<String>, Error> {
+    let out = kind(kind_bin)
+        .args(["get", "clusters"])
+        .output()
+        .map_err(|e| Error::io("running kind".into(), e))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Creates the cluster on `node_image` unless it exists, then sets up the
+/// Pod network and waits for every node to be Ready.
+pub fn create(kind_bin: &Path, node_image: &str, opts: &UpOptions) -> Result<(), Error> {
+    if !clusters(kind_bin)?.contains(&opts.name) {
+        super::progress(&format!(
+            "kind create cluster --name {} (1 control plane, {} workers)",
+            opts.name, opts.workers
+        ));
+        let config = tempfile::NamedTempFile::new()
+            .map_err(|e| Error::io("writing the kind config".into(), e))?;
+        std::fs::write(config.path(), kind_config(opts.workers))
+            .map_err(|e| Error::io("writing the kind config".into(), e))?;
+        let status = kind(kind_bin)
+            .args([
+                "create", "cluster", "--name", &opts.name, "--image", node_image,
+            ])
+            .arg("--config")
+            .arg(config.path())
+            .status()
+            .map_err(|e| Error::io("running kind create cluster".into(), e))?;
+        if !status.success() {
+            return Err(Error::Step {
+                what: "kind create cluster".into(),
+                detail: format!(
+                    "exit {status}; see the output above (`kind export logs --name {}` keeps the node logs)",
+                    opts.name
+                ),
+            });
+        }
+    }
+    network(&opts.name, 1 + opts.workers as usize)?;
+    super::progress("waiting for every node to be Ready");
+    control_plane_kubectl(
+        &opts.name,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "nodes",
+            "--all",
+            "--timeout=300s",
+        ],
+    )?;
+    cluster_dns(&opts.name)?;
+    Ok(())
+}
+
+fn control_plane(name: &str) -> String {
+    format!("{name}-control-plane")
+}
+
+/// kubectl inside the control-plane node, with its admin kubeconfig.
+pub fn control_plane_kubectl(name: &str, args: &[&str]) -> Result<String, Error> {
+    let node = control_plane(name);
+    let mut all = vec![
+        "exec",
+        node.as_str(),
+        "kubectl",
+        "--kubeconfig=/etc/kubernetes/admin.conf",
+    ];
+    all.extend_from_slice(args);
+    docker::output(&all)
+}
+
+/// Writes each node's CNI configuration and routes (idempotent), once all
+/// `expected` nodes have a Pod CIDR.
+fn network(name: &str, expected: usize) -> Result<(), Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let nodes = loop {
+        let json = control_plane_kubectl(name, &["get", "nodes", "-o", "json"])?;
+        let value: Value = serde_json::from_str(&json).map_err(|e| Error::Step {
+            what: "reading the node list".into(),
+            detail: e.to_string(),
+        })?;
+        let nodes = parse_nodes(&value);
+        if nodes.len() >= expected {
+            break nodes;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::Step {
+                what: "waiting for the nodes' Pod CIDRs".into(),
+                detail: format!("{} of {expected} nodes have one after 120 s", nodes.len()),
+            });
+        }
+        // Pod CIDRs are assigned by the controller manager right after a node
+        // registers; poll the list again shortly.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    super::progress(&format!(
+        "Pod network: {}",
+        nodes
+            .iter()
+            .map(|n| format!("{} {} {}", n.name, n.ip, n.pod_cidr))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    for node in &nodes {
+        docker::output(&[
+            "exec",
+            &node.name,
+            "sh",
+            "-c",
+            &network_script(node, &nodes),
+        ])?;
+    }
+    Ok(())
+}
+
+/// CoreDNS for cluster names only (see [`corefile_without_forward`]), then
+/// waits for it.
+fn cluster_dns(name: &str) -> Result<(), Error> {
+    let corefile = control_plane_kubectl(
+        name,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ],
+    )?;
+    let wanted = corefile_without_forward(&corefile);
+    if wanted.trim() != corefile.trim() {
+        super::progress("CoreDNS: cluster names only (no forwarding)");
+        let patch = serde_json::json!({"data": {"Corefile": wanted}}).to_string();
+        control_plane_kubectl(
+            name,
+            &[
+                "-n",
+                "kube-system",
+                "patch",
+                "configmap",
+                "coredns",
+                "--type=merge",
+                "-p",
+                &patch,
+            ],
+        )?;
+        control_plane_kubectl(
+            name,
+            &[
+                "-n",
+                "kube-system",
+                "rollout",
+                "restart",
+                "deployment/coredns",
+            ],
+        )?;
+    }
+    control_plane_kubectl(
+        name,
+        &[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment/coredns",
+            "--timeout=300s",
+        ],
+    )?;
+    Ok(())
+}
+
+/// `kind load docker-image` of `images` into the cluster.
+pub fn load(kind_bin: &Path, name: &str, images: &[String]) -> Result<(), Error> {
+    super::progress(&format!("loading {} into kind", images.join(", ")));
+    super::run_quiet(
+        kind(kind_bin)
+            .args(["load", "docker-image", "--name", name])
+            .args(images),
+        "kind load docker-image",
+    )
+}
+
+/// The workload images tests and `dev --kind` use.
+pub fn workload_image_names() -> Vec<String> {
+    vec![v::REDIS_IMAGE.into(), v::HTTPD_IMAGE.into()]
+}
+
+/// The admin kubeconfig of the cluster, as kind exports it.
+pub fn kubeconfig(kind_bin: &Path, name: &str) -> Result<String, Error> {
+    let out = kind(kind_bin)
+        .args(["get", "kubeconfig", "--name", name])
+        .output()
+        .map_err(|e| Error::io("running kind get kubeconfig".into(), e))?;
+    if !out.status.success() {
+        return Err(Error::Step {
+            what: "kind get kubeconfig".into(),
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Deletes the cluster.
+pub fn delete(kind_bin: &Path, name: &str) -> Result<(), Error> {
+    super::run_quiet(
+        kind(kind_bin).args(["delete", "cluster", "--name", name]),
+        "kind delete cluster",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> Vec<NodeAddress> {
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeAddress {
+                name: n.to_string(),
+                ip: format!("172.18.0.{}", i + 2),
+                pod_cidr: format!("10.244.{i}.0/24"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_node_routes_to_every_other_node_pods_and_not_its_own() {
+        let all = nodes();
+        let script = network_script(&all[1], &all);
+        assert!(script.contains("ip route replace 10.244.0.0/24 via 172.18.0.2\n"));
+        assert!(script.contains("ip route replace 10.244.2.0/24 via 172.18.0.4\n"));
+        assert!(!script.contains("10.244.1.0/24 via"));
+        assert!(script.contains("\"subnet\":\"10.244.1.0/24\""));
+    }
+
+    #[test]
+    fn nodes_are_read_from_kubectl_json() {
+        let json = serde_json::json!({"items": [
+            {"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.0.0/24"},
+             "status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "172.18.0.2"}]}},
+            {"metadata": {"name": "n2"}, "spec": {},
+             "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.3"}]}}
+        ]});
+        assert_eq!(
+            parse_nodes(&json),
+            vec![NodeAddress {
+                name: "n1".into(),
+                ip: "172.18.0.2".into(),
+                pod_cidr: "10.244.0.0/24".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn corefile_loses_only_its_forward_block() {
+        let corefile = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n}\n";
+        assert_eq!(
+            corefile_without_forward(corefile),
+            ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    cache 30\n    loop\n}\n"
+        );
+        let one_line = ".:53 {\n    forward . /etc/resolv.conf\n    loop\n}\n";
+        assert_eq!(corefile_without_forward(one_line), ".:53 {\n    loop\n}\n");
+    }
+
+    #[test]
+    fn config_has_the_workers_and_the_kubeadm_patches() {
+        let config = kind_config(2);
+        assert_eq!(config.matches("- role: worker").count(), 2);
+        assert!(config.contains("imageRepository: podkeeper.dev/kind"));
+        assert!(config.contains("failCgroupV1: false"));
+        assert!(config.contains("disableDefaultCNI: true"));
+    }
+}

@@ -1,0 +1,158 @@
+//! The programs of the node image and of the cluster images, built from Go
+//! modules into podkeeper's cache (`<cache>/bin/<component>-v<version>/`),
+//! the same way and in the same place as the local control plane.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::versions as v;
+use crate::localcluster::binaries::{self, GoBuild, build_if_missing};
+use crate::localcluster::{self, Error};
+
+/// Directories holding each component's executables.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    /// `kind`.
+    pub kind: PathBuf,
+    /// `containerd`, `ctr`, `containerd-shim-runc-v2`.
+    pub containerd: PathBuf,
+    /// `runc`.
+    pub runc: PathBuf,
+    /// `crictl`.
+    pub crictl: PathBuf,
+    /// `ptp`, `loopback`, `host-local`, `portmap`.
+    pub cni_plugins: PathBuf,
+    /// `kubelet`, `kubeadm`, `kubectl`, `kube-proxy`.
+    pub kubernetes_node: PathBuf,
+    /// `coredns`.
+    pub coredns: PathBuf,
+    /// `pause` (ours, `src/kind/pause/main.go`).
+    pub pause: PathBuf,
+    /// The local control plane's etcd and Kubernetes control plane.
+    pub control_plane: localcluster::Binaries,
+}
+
+/// The kind binary alone (for commands on an existing cluster).
+pub fn ensure_kind() -> Result<PathBuf, Error> {
+    let root = binaries::cache_root();
+    Ok(build_if_missing(&root, kind_build())?.join("kind"))
+}
+
+/// Builds whatever is missing. Takes many minutes on a cold cache and shows
+/// progress on stderr.
+pub fn ensure_tools() -> Result<Tools, Error> {
+    let control_plane = localcluster::ensure_binaries()?;
+    let root = binaries::cache_root();
+    let pause = build_if_missing(&root, pause_build(&root)?)?;
+    Ok(Tools {
+        kind: build_if_missing(&root, kind_build())?.join("kind"),
+        containerd: build_if_missing(&root, containerd_build())?,
+        runc: build_if_missing(&root, runc_build())?,
+        crictl: build_if_missing(&root, crictl_build())?,
+        cni_plugins: build_if_missing(&root, cni_build())?,
+        kubernetes_node: build_if_missing(
+            &root,
+            binaries::kubernetes_build_of(
+                "kubernetes-node",
+                &["kubelet", "kubeadm", "kubectl", "kube-proxy"],
+            )?,
+        )?,
+        coredns: build_if_missing(&root, coredns_build())?,
+        pause,
+        control_plane,
+    })
+}
+
+fn require(module: &str, version: &str) -> Vec<String> {
+    vec![format!("{module} v{version}")]
+}
+
+fn kind_build() -> GoBuild {
+    GoBuild::new(
+        format!("kind-v{}", v::KIND),
+        &require("sigs.k8s.io/kind", v::KIND),
+        &["sigs.k8s.io/kind"],
+    )
+}
+
+fn containerd_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("containerd-v{}", v::CONTAINERD),
+        &require("github.com/containerd/containerd/v2", v::CONTAINERD),
+        &[
+            "github.com/containerd/containerd/v2/cmd/containerd",
+            "github.com/containerd/containerd/v2/cmd/ctr",
+            "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        ],
+    );
+    // The snapshotters kind's base image leaves out too.
+    b.tags = ["no_aufs", "no_zfs", "no_btrfs", "no_devmapper"]
+        .map(String::from)
+        .to_vec();
+    b.ldflags = format!(
+        "-X github.com/containerd/containerd/v2/version.Version=v{}",
+        v::CONTAINERD
+    );
+    b
+}
+
+/// runc needs cgo (its nsenter is C) and libseccomp (libseccomp-dev to
+/// build, libseccomp2 in the node image).
+fn runc_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("runc-v{}", v::RUNC),
+        &require("github.com/opencontainers/runc", v::RUNC),
+        &["github.com/opencontainers/runc"],
+    );
+    b.cgo = true;
+    b.tags = vec!["seccomp".into()];
+    b.ldflags = format!("-X main.version={}", v::RUNC);
+    b
+}
+
+fn crictl_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("crictl-v{}", v::CRICTL),
+        &require("sigs.k8s.io/cri-tools", v::CRICTL),
+        &["sigs.k8s.io/cri-tools/cmd/crictl"],
+    );
+    b.ldflags = format!(
+        "-X sigs.k8s.io/cri-tools/pkg/version.Version=v{}",
+        v::CRICTL
+    );
+    b
+}
+
+fn cni_build() -> GoBuild {
+    GoBuild::new(
+        format!("cni-plugins-v{}", v::CNI_PLUGINS),
+        &require("github.com/containernetworking/plugins", v::CNI_PLUGINS),
+        &[
+            "github.com/containernetworking/plugins/plugins/main/ptp",
+            "github.com/containernetworking/plugins/plugins/main/loopback",
+            "github.com/containernetworking/plugins/plugins/ipam/host-local",
+            "github.com/containernetworking/plugins/plugins/meta/portmap",
+        ],
+    )
+}
+
+fn coredns_build() -> GoBuild {
+    GoBuild::new(
+        format!("coredns-v{}", v::COREDNS),
+        &require("github.com/coredns/coredns", v::COREDNS),
+        &["github.com/coredns/coredns"],
+    )
+}
+
+/// Our pause: a one-file module written next to the cache's other sources.
+/// The cache key hashes the source, so editing it rebuilds.
+fn pause_build(root: &Path) -> Result<GoBuild, Error> {
+    let source = include_str!("pause/main.go");
+    let key = format!("pause-v{}-{}", v::PAUSE, &super::hash::short(source)[..8]);
+    let dir = root.join("src").join(&key);
+    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    fs::write(dir.join("main.go"), source).map_err(|e| Error::io("writing main.go".into(), e))?;
+    let mut b = GoBuild::new(key, &[], &["."]);
+    b.output_name = Some("pause");
+    Ok(b)
+}

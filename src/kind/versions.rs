@@ -1,0 +1,39 @@
+//! The one place that pins what the kind node image and the cluster images
+//! are built from. Kubernetes and etcd come from the local control plane's
+//! pins, so kind runs the same releases as `podkeeper dev` and the tests.
+//!
+//! Changing a version here changes the cache keys and the node image's tag.
+
+pub use crate::localcluster::versions::{ETCD, KUBERNETES};
+
+/// kind (`sigs.k8s.io/kind`), whose default node is Kubernetes v1.37.
+pub const KIND: &str = "0.33.0";
+/// The components of kind v0.33.0's base image, built from their Go modules.
+pub const CONTAINERD: &str = "2.3.4";
+pub const RUNC: &str = "1.4.3";
+pub const CRICTL: &str = "1.36.0";
+pub const CNI_PLUGINS: &str = "1.9.1";
+/// kubeadm v1.37's CoreDNS and pause versions (its `CoreDNSVersion` and
+/// `PauseVersion` constants): kubeadm asks for exactly these tags.
+pub const COREDNS: &str = "1.14.6";
+pub const PAUSE: &str = "3.10.2";
+
+/// Debian release of every root filesystem (node, kube-proxy, workloads).
+pub const DEBIAN_SUITE: &str = "bookworm";
+/// Debian's redis-server in [`DEBIAN_SUITE`].
+pub const DEBIAN_REDIS: &str = "7.0.15";
+
+/// Registry-less repository of the cluster images, given to kubeadm as its
+/// `imageRepository`. Nothing is ever pulled from it: the images are
+/// preloaded into the node image.
+pub const CLUSTER_IMAGE_REPOSITORY: &str = "podkeeper.dev/kind";
+/// Repository of the node image; its tag is `v<KUBERNETES>-<input hash>`.
+pub const NODE_IMAGE_REPOSITORY: &str = "podkeeper.dev/kind-node";
+/// Workload images for the tests and `dev --kind`, loaded into kind.
+pub const REDIS_IMAGE: &str = "podkeeper.dev/redis:7.0.15-debian";
+pub const HTTPD_IMAGE: &str = "podkeeper.dev/httpd:busybox-debian";
+
+/// The etcd image tag (kubeadm's form, `<version>-0`).
+pub fn etcd_tag() -> String {
+    format!("{ETCD}-0")
+}

@@ -1,0 +1,145 @@
+//! `podkeeper dev` as a new user runs it: on a machine where something
+//! already listens on 8080 and 8081.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::PostParams;
+use podkeeper::crd::Redis;
+use serde_json::json;
+
+use crate::harness::{BIN, TestEnv, cluster, http_get, logs_dir, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Kills the process if the test fails before it stops it.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Holds `port` on all interfaces unless something else already does;
+/// either way the port is busy afterwards.
+fn occupy(port: u16) -> Option<std::net::TcpListener> {
+    let held = std::net::TcpListener::bind(("0.0.0.0", port)).ok();
+    assert!(
+        std::net::TcpListener::bind(("0.0.0.0", port)).is_err(),
+        "port {port} is busy"
+    );
+    held
+}
+
+/// The port of a printed URL such as `http://127.0.0.1:PORT/metrics`.
+fn loopback_port(url: &str) -> u16 {
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("not an http URL: {url}"));
+    let (host, port) = authority.rsplit_once(':').expect("host:port");
+    assert_eq!(host, "127.0.0.1", "dev serves on loopback only: {url}");
+    port.parse().expect("a port")
+}
+
+#[tokio::test]
+async fn dev_serves_metrics_and_probes_on_free_loopback_ports_when_8080_is_busy() {
+    let env = TestEnv::new("dev-ports").await;
+    let _busy = (occupy(8080), occupy(8081));
+    let log = logs_dir().join(format!("dev-{}.log", env.namespace));
+    let stderr = std::fs::File::create(&log).expect("dev log");
+    // With a kubeconfig configured, `dev` installs the CRDs there and runs
+    // the operator against it; --namespace keeps it off other tests' objects.
+    let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--pdeathsig", "KILL", "--", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let mut child = cmd
+        .args(["dev", "--exit-on-stdin-eof", "--namespace", &env.namespace])
+        .env("KUBECONFIG", &cluster().kubeconfig_path)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn podkeeper dev");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut dev = Guard(child);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (mut metrics, mut probes) = (None, None);
+    let mut printed = Vec::new();
+    while metrics.is_none() || probes.is_none() {
+        let line = tokio::time::timeout(TIMEOUT, rx.recv())
+            .await
+            .expect("dev printed its URLs in time")
+            .unwrap_or_else(|| {
+                panic!(
+                    "dev exited; stdout: {printed:?}; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        if let Some(url) = line.strip_prefix("podkeeper: metrics at ") {
+            metrics = Some(loopback_port(url));
+        }
+        if let Some(rest) = line.strip_prefix("podkeeper: probes at ") {
+            probes = Some(loopback_port(rest.split_whitespace().next().unwrap()));
+        }
+        printed.push(line);
+    }
+    let (metrics, probes) = (metrics.unwrap(), probes.unwrap());
+    assert_ne!(metrics, 8080);
+    assert_ne!(probes, 8081);
+
+    wait_for("/readyz to turn ready", TIMEOUT, || async {
+        http_get(probes, "/readyz").filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let api: Api<Redis> = env.api();
+    let redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+        "metadata": {"name": "dev"}, "spec": {"replicas": 2}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &redis).await.unwrap();
+    wait_for("the Redis to be ready", TIMEOUT, || async {
+        let s = api.get("dev").await.ok()?.status?;
+        (s.ready_replicas == 2).then_some(())
+    })
+    .await;
+    let (code, body) = http_get(metrics, "/metrics").expect("metrics served");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(r#"podkeeper_pods_created_total{controller="redis"} 2"#),
+        "{body}"
+    );
+
+    // Closing stdin stops it, cleanly.
+    drop(stdin);
+    let status = wait_for("dev to exit", TIMEOUT, || {
+        let status = dev.0.try_wait().ok().flatten();
+        async move { status }
+    })
+    .await;
+    assert!(
+        status.success(),
+        "dev exited with {status}; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}

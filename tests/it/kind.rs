@@ -1,0 +1,375 @@
+//! What only real containers show, on the kind cluster of `just e2e`
+//! (compiled with `--features kind-e2e`; the local control plane's kwok
+//! nodes run no containers). The operator is the one deployed with
+//! `manifests/`; the workload images are podkeeper's own, built from Debian
+//! packages and loaded into kind by `podkeeper kind up`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use podkeeper::crd::{Application, Redis};
+use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
+use serde_json::json;
+
+use crate::harness::{TestEnv, is_ready, kubectl, owned_by, wait_for};
+
+/// Real containers start slower than kwok's: image unpack, probes.
+const TIMEOUT: Duration = Duration::from_secs(180);
+const OPERATOR_NS: &str = "podkeeper-system";
+
+async fn create_redis(env: &TestEnv, name: &str, replicas: i32, port: i32) -> Redis {
+    let redis: Redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1",
+        "kind": "Redis",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "port": port, "image": REDIS_IMAGE},
+    }))
+    .unwrap();
+    env.api::<Redis>()
+        .create(&PostParams::default(), &redis)
+        .await
+        .unwrap()
+}
+
+/// Waits until the Redis reports `n` ready replicas and has `n` ready Pods.
+async fn ready_pods(env: &TestEnv, name: &str, n: usize) -> Vec<Pod> {
+    let redis: Api<Redis> = env.api();
+    let pods: Api<Pod> = env.api();
+    wait_for(&format!("{name}: {n} Ready Pods"), TIMEOUT, || async {
+        let r = redis.get(name).await.ok()?;
+        if r.status.as_ref()?.ready_replicas != n as i32 {
+            return None;
+        }
+        let uid = r.uid()?;
+        let live: Vec<Pod> = pods
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|p| owned_by(p, &uid) && p.metadata.deletion_timestamp.is_none())
+            .collect();
+        (live.len() == n && live.iter().all(is_ready)).then_some(live)
+    })
+    .await
+}
+
+/// `kubectl exec` in the Pod; returns (success, stdout + stderr).
+fn exec(env: &TestEnv, pod: &str, command: &[&str]) -> (bool, String) {
+    let mut args = vec!["exec", pod, "--"];
+    args.extend_from_slice(command);
+    let (ok, out, err) = env.kubectl(&args);
+    (ok, format!("{out}{err}"))
+}
+
+fn redis_cli(env: &TestEnv, pod: &str, port: i32, command: &[&str]) -> String {
+    let port = port.to_string();
+    let mut args = vec!["redis-cli", "-p", port.as_str()];
+    args.extend_from_slice(command);
+    let (ok, out) = exec(env, pod, &args);
+    assert!(ok, "redis-cli {command:?} in {pod}: {out}");
+    out.trim().to_string()
+}
+
+fn ready_condition(r: &Redis) -> (String, String, String) {
+    let c = r
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .expect("a Ready condition");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test]
+async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
+    let env = TestEnv::new("kind-redis-ping").await;
+    create_redis(&env, "cache", 2, 7001).await;
+    let pods = ready_pods(&env, "cache", 2).await;
+    for pod in &pods {
+        let name = pod.name_any();
+        assert_eq!(redis_cli(&env, &name, 7001, &["ping"]), "PONG");
+        assert_eq!(
+            redis_cli(&env, &name, 7001, &["set", "greeting", &name]),
+            "OK"
+        );
+        assert_eq!(redis_cli(&env, &name, 7001, &["get", "greeting"]), name);
+        // Nothing listens on the default port: the operator passed spec.port.
+        let (ok, out) = exec(&env, &name, &["redis-cli", "-p", "6379", "ping"]);
+        assert!(
+            !ok || out.contains("Connection refused"),
+            "6379 should be closed: {out}"
+        );
+    }
+    // Each Pod is its own server: another Pod reaches the first one over
+    // the Pod network and reads what was written there.
+    let first = pods[0].name_any();
+    let ip = pods[0].status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let second = pods[1].name_any();
+    assert_eq!(
+        redis_cli(&env, &second, 7001, &["-h", &ip, "get", "greeting"]),
+        first
+    );
+}
+
+#[tokio::test]
+async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so() {
+    let env = TestEnv::new("kind-redis-readiness").await;
+    create_redis(&env, "probe", 1, 6380).await;
+    let pods = ready_pods(&env, "probe", 1).await;
+    let pod = pods[0].name_any();
+    let redis: Api<Redis> = env.api();
+    assert_eq!(
+        ready_condition(&redis.get("probe").await.unwrap()).0,
+        "True"
+    );
+
+    // redis-server closes its listening socket on spec.port while the
+    // process (and so the container) keeps running: only the TCP readiness
+    // probe can notice.
+    assert_eq!(
+        redis_cli(&env, &pod, 6380, &["config", "set", "port", "0"]),
+        "OK"
+    );
+
+    let pods_api: Api<Pod> = env.api();
+    wait_for("the Pod to turn NotReady", TIMEOUT, || async {
+        let p = pods_api.get(&pod).await.ok()?;
+        (!is_ready(&p)).then_some(())
+    })
+    .await;
+    let r = wait_for("the Redis status to report it", TIMEOUT, || async {
+        let r = redis.get("probe").await.ok()?;
+        let s = r.status.as_ref()?;
+        (s.ready_replicas == 0 && s.replicas == 1 && ready_condition(&r).0 == "False").then_some(r)
+    })
+    .await;
+    let (_, reason, message) = ready_condition(&r);
+    assert!(!reason.is_empty(), "a reason for Ready=False");
+    assert!(
+        message.contains('0'),
+        "the message counts ready Pods: {message}"
+    );
+    // The container was not restarted: the process is alive, only unready.
+    let p = pods_api.get(&pod).await.unwrap();
+    let status = &p.status.unwrap().container_statuses.unwrap()[0];
+    assert_eq!(status.restart_count, 0);
+    assert!(status.state.as_ref().unwrap().running.is_some());
+}
+
+#[tokio::test]
+async fn redis_runs_under_restricted_pod_security_with_a_read_only_root_and_writable_data() {
+    let env = TestEnv::new("kind-redis-restricted").await;
+    let ns: Api<Namespace> = Api::all(env.client.clone());
+    ns.patch(
+        &env.namespace,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }}})),
+    )
+    .await
+    .unwrap();
+    // The namespace really enforces it: a root Pod is refused.
+    let (ok, _, err) = env.kubectl(&[
+        "run",
+        "rooty",
+        "--image",
+        REDIS_IMAGE,
+        "--restart=Never",
+        "--overrides",
+        r#"{"spec":{"securityContext":{"runAsUser":0}}}"#,
+    ]);
+    assert!(
+        !ok && err.contains("restricted"),
+        "a root Pod was admitted: {err}"
+    );
+
+    create_redis(&env, "locked", 1, 6379).await;
+    let pods = ready_pods(&env, "locked", 1).await;
+    let pod = pods[0].name_any();
+    let (ok, out) = exec(&env, &pod, &["touch", "/etc/podkeeper-was-here"]);
+    assert!(
+        !ok && out.contains("Read-only file system"),
+        "root fs writable: {out}"
+    );
+    assert_eq!(redis_cli(&env, &pod, 6379, &["set", "k", "v"]), "OK");
+    assert_eq!(redis_cli(&env, &pod, 6379, &["save"]), "OK");
+    let (ok, out) = exec(&env, &pod, &["ls", "-ln", "/data/dump.rdb"]);
+    assert!(ok, "no dump in /data: {out}");
+    assert!(out.contains(" 999 "), "the dump belongs to uid 999: {out}");
+    let (ok, out) = exec(&env, &pod, &["id", "-u"]);
+    assert!(ok && out.trim() == "999", "runs as uid 999: {out}");
+}
+
+fn leader_pod() -> Option<String> {
+    let (ok, out, _) = kubectl(&[
+        "get",
+        "lease",
+        "podkeeper-leader",
+        "-n",
+        OPERATOR_NS,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    // The identity is `<Pod name>-<6 hex digits>`.
+    let holder = out.trim();
+    (ok && !holder.is_empty()).then(|| holder.rsplit_once('-').map(|(p, _)| p.to_string()))?
+}
+
+async fn operator_pods(client: &kube::Client) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=podkeeper"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
+    let env = TestEnv::new("kind-operator").await;
+    let client = env.client.clone();
+
+    // Both replicas Ready: their readiness probe is /readyz.
+    let pods = wait_for("two Ready operator Pods", TIMEOUT, || async {
+        let pods = operator_pods(&client).await;
+        (pods.len() == 2 && pods.iter().all(is_ready)).then_some(pods)
+    })
+    .await;
+    for p in &pods {
+        let probe = p.spec.as_ref().unwrap().containers[0]
+            .readiness_probe
+            .clone()
+            .unwrap();
+        assert_eq!(probe.http_get.unwrap().path.as_deref(), Some("/readyz"));
+        // /metrics, scraped from the Pod through the API server's proxy.
+        let path = format!(
+            "/api/v1/namespaces/{OPERATOR_NS}/pods/{}:8080/proxy/metrics",
+            p.name_any()
+        );
+        let (ok, out, err) = kubectl(&["get", "--raw", &path]);
+        assert!(ok, "scraping {path}: {err}");
+        assert!(
+            out.contains("controller_runtime_reconcile_total")
+                || out.contains("# HELP controller_runtime"),
+            "no controller metrics in:\n{out}"
+        );
+        // kubectl logs reads the JSON log.
+        let (ok, out, err) = kubectl(&["logs", "-n", OPERATOR_NS, &p.name_any()]);
+        assert!(
+            ok && out.contains("campaigning for leadership"),
+            "logs: {out}{err}"
+        );
+    }
+
+    let leader = wait_for("a leader", TIMEOUT, || async { leader_pod() }).await;
+    assert!(
+        pods.iter().any(|p| p.name_any() == leader),
+        "{leader} leads"
+    );
+    let standby = pods
+        .iter()
+        .map(|p| p.name_any())
+        .find(|n| *n != leader)
+        .unwrap();
+
+    let lease: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NS);
+    assert!(lease.get("podkeeper-leader").await.is_ok());
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+    pods_api
+        .delete(&leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    let new_leader = wait_for("the standby to lead", TIMEOUT, || async {
+        leader_pod().filter(|l| *l != leader)
+    })
+    .await;
+    assert_eq!(new_leader, standby, "the standby took over");
+
+    // The new leader converges a change made after the failover.
+    create_redis(&env, "after-failover", 1, 6379).await;
+    let pods = ready_pods(&env, "after-failover", 1).await;
+    assert_eq!(
+        redis_cli(&env, &pods[0].name_any(), 6379, &["ping"]),
+        "PONG"
+    );
+    let (ok, out, _) = kubectl(&["logs", "-n", OPERATOR_NS, &standby]);
+    assert!(
+        ok && out.contains("became the leader"),
+        "standby log: {out}"
+    );
+}
+
+#[tokio::test]
+async fn the_application_sample_serves_http_through_its_service() {
+    let env = TestEnv::new("kind-app").await;
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1",
+        "kind": "Application",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {
+            "deployment": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "httpd",
+                        "image": HTTPD_IMAGE,
+                        "ports": [{"containerPort": 80}]
+                    }]}
+                }
+            },
+            "service": {"ports": [{"port": 8000, "targetPort": 80}]}
+        }
+    }))
+    .unwrap();
+    let apps: Api<Application> = env.api();
+    apps.create(&PostParams::default(), &app).await.unwrap();
+    let pods: Api<Pod> = env.api();
+    wait_for("two Ready httpd Pods", TIMEOUT, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .ok()?;
+        (list.items.len() == 2 && list.items.iter().all(is_ready)).then_some(())
+    })
+    .await;
+
+    // A client Pod in the cluster fetches the page by the Service's DNS
+    // name (CoreDNS, then kube-proxy to one of the Pods).
+    let (ok, _, err) = env.kubectl(&[
+        "run",
+        "client",
+        "--image",
+        HTTPD_IMAGE,
+        "--restart=Never",
+        "--command",
+        "--",
+        "/bin/busybox",
+        "sleep",
+        "600",
+    ]);
+    assert!(ok, "client Pod: {err}");
+    wait_for("the client Pod", TIMEOUT, || async {
+        pods.get("client").await.ok().filter(is_ready)
+    })
+    .await;
+    let url = format!("http://web.{}.svc.cluster.local:8000/", env.namespace);
+    let page = wait_for("the page through the Service", TIMEOUT, || async {
+        let (ok, out) = exec(
+            &env,
+            "client",
+            &["/bin/busybox", "wget", "-q", "-T", "5", "-O", "-", &url],
+        );
+        ok.then_some(out)
+    })
+    .await;
+    assert!(page.contains("podkeeper.dev/httpd"), "page: {page}");
+}

@@ -1,0 +1,602 @@
+//! The API server says no for a while, then yes: a ResourceQuota, policies
+//! that refuse Pod creates or deletes, a nodePort taken by another Service.
+//! Each recovers with no other change. Also: orphan deletion, removing
+//! `spec.service`, and Events that name the Pods of each batch.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::{Api, ResourceExt};
+use podkeeper::crd::{Application, Redis};
+use serde_json::{Value, json};
+
+use crate::harness::{TestEnv, is_ready, owned_by, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+async fn create_redis(env: &TestEnv, name: &str, replicas: i32) -> Redis {
+    let api: Api<Redis> = env.api();
+    let r: Redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+        "metadata": {"name": name}, "spec": {"replicas": replicas}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &r).await.unwrap()
+}
+
+async fn scale(env: &TestEnv, name: &str, replicas: i32) {
+    let api: Api<Redis> = env.api();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Live (not terminating) Pods of the owner with `uid`.
+async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = env.api();
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| owned_by(p, uid) && p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// The Redis's Pods, if it has exactly `n`, all Ready, and says so.
+async fn converged_now(env: &TestEnv, name: &str, n: usize) -> Option<Vec<Pod>> {
+    let api: Api<Redis> = env.api();
+    let r = api.get(name).await.ok()?;
+    let s = r.status.clone()?;
+    if s.observed_generation != r.metadata.generation
+        || s.ready_replicas != n as i32
+        || s.replicas != n as i32
+    {
+        return None;
+    }
+    let pods = live_pods(env, &r.uid()?).await;
+    (pods.len() == n && pods.iter().all(is_ready)).then_some(pods)
+}
+
+/// Waits until the Redis has exactly `n` Ready Pods and says so.
+async fn converged(env: &TestEnv, name: &str, n: usize) -> Vec<Pod> {
+    wait_for(&format!("{name} at {n} ready Pods"), TIMEOUT, || {
+        converged_now(env, name, n)
+    })
+    .await
+}
+
+fn replica_failure(r: &Redis) -> Option<(String, String)> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn wait_failure(env: &TestEnv, name: &str, reason: &str) -> Redis {
+    let api: Api<Redis> = env.api();
+    wait_for(
+        &format!("ReplicaFailure {reason} on {name}"),
+        TIMEOUT,
+        || async {
+            let r = api.get(name).await.ok()?;
+            (replica_failure(&r) == Some(("True".into(), reason.into()))).then_some(r)
+        },
+    )
+    .await
+}
+
+/// A cluster-wide policy, bound to this test's namespace only, that refuses
+/// `operation` on Pods. Dropped with [`Policy::remove`].
+struct Policy {
+    name: String,
+    client: kube::Client,
+}
+
+impl Policy {
+    async fn refuse(env: &TestEnv, operation: &str) -> Policy {
+        let name = format!("refuse-{}-{}", operation.to_lowercase(), env.namespace);
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": [operation], "resources": ["pods"]
+                }]},
+                "validations": [{"expression": "false", "message": format!("test policy refuses Pod {operation}")}]
+            }
+        }))
+        .unwrap();
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": env.namespace
+                }}}
+            }
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        Policy {
+            name,
+            client: env.client.clone(),
+        }
+    }
+
+    async fn remove(self) {
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(self.client.clone());
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
+        let _ = bindings.delete(&self.name, &DeleteParams::default()).await;
+        let _ = policies.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+fn probe_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap()
+}
+
+/// Waits until a dry-run Pod create in the namespace is refused (`true`)
+/// or allowed (`false`): policies take effect a moment after they exist.
+async fn creates_refused(env: &TestEnv, refused: bool) {
+    let pods: Api<Pod> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for(
+        &format!("Pod creates to be refused: {refused}"),
+        TIMEOUT,
+        || async {
+            let r = pods.create(&dry, &probe_pod("probe")).await;
+            (r.is_err() == refused).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The same for deleting `pod` (dry run).
+async fn deletes_refused(env: &TestEnv, pod: &str, refused: bool) {
+    let pods: Api<Pod> = env.api();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for(
+        &format!("Pod deletes to be refused: {refused}"),
+        TIMEOUT,
+        || async {
+            let r = pods.delete(pod, &dry).await;
+            (r.is_err() == refused).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas() {
+    let env = TestEnv::new("quota").await;
+    let mut op = env.start_operator();
+    let quotas: Api<ResourceQuota> = env.api();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "pods"}, "spec": {"hard": {"pods": "2"}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // Admission enforces a quota once its usage has been computed.
+    wait_for("the quota's usage", TIMEOUT, || async {
+        let q = quotas.get("pods").await.ok()?;
+        q.status?.used?.contains_key("pods").then_some(())
+    })
+    .await;
+
+    create_redis(&env, "capped", 3).await;
+    // Settled at the cap: two Pods Ready and the refusal reported, so no
+    // Pod event is left to trigger another reconcile by chance.
+    let api: Api<Redis> = env.api();
+    let r = wait_for("2 Ready Pods and FailedCreate", TIMEOUT, || async {
+        let r = api.get("capped").await.ok()?;
+        let settled = r.status.as_ref()?.ready_replicas == 2
+            && replica_failure(&r) == Some(("True".into(), "FailedCreate".into()));
+        settled.then_some(r)
+    })
+    .await;
+    let message = r
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "ReplicaFailure")
+        .unwrap()
+        .message;
+    assert!(message.contains("quota"), "{message}");
+    assert_eq!(live_pods(&env, &r.metadata.uid.unwrap()).await.len(), 2);
+
+    // Lifting the quota is the only change.
+    quotas
+        .delete("pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    converged(&env, "capped", 3).await;
+    let r = api.get("capped").await.unwrap();
+    assert_eq!(
+        replica_failure(&r).map(|c| c.0),
+        Some("False".into()),
+        "the failure is cleared once creates succeed"
+    );
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn a_policy_that_refuses_pod_creates_for_a_while() {
+    let env = TestEnv::new("refuse-create").await;
+    let mut op = env.start_operator();
+    let policy = Policy::refuse(&env, "CREATE").await;
+    creates_refused(&env, true).await;
+    create_redis(&env, "blocked", 2).await;
+    let r = wait_failure(&env, "blocked", "FailedCreate").await;
+    assert!(live_pods(&env, &r.metadata.uid.unwrap()).await.is_empty());
+    policy.remove().await;
+    creates_refused(&env, false).await;
+    converged(&env, "blocked", 2).await;
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn a_policy_that_refuses_pod_deletes_holds_a_scale_down_until_removed() {
+    let env = TestEnv::new("refuse-delete").await;
+    let mut op = env.start_operator();
+    create_redis(&env, "sticky", 3).await;
+    let pods = converged(&env, "sticky", 3).await;
+    let policy = Policy::refuse(&env, "DELETE").await;
+    deletes_refused(&env, &pods[0].name_any(), true).await;
+    scale(&env, "sticky", 1).await;
+    let r = wait_failure(&env, "sticky", "FailedDelete").await;
+    assert_eq!(live_pods(&env, &r.metadata.uid.unwrap()).await.len(), 3);
+    policy.remove().await;
+    deletes_refused(&env, &pods[0].name_any(), false).await;
+    converged(&env, "sticky", 1).await;
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn a_service_whose_node_port_frees_up_is_created_without_other_change() {
+    let env = TestEnv::new("nodeport").await;
+    let mut op = env.start_operator();
+    let port = 30000 + (rand::random::<u16>() % 2000) as i32;
+    let services: Api<Service> = env.api();
+    // Someone else's Service holds the nodePort.
+    let squatter: Service = serde_json::from_value(json!({
+        "metadata": {"name": "squatter"},
+        "spec": {"type": "NodePort", "selector": {"x": "y"},
+                 "ports": [{"port": 80, "nodePort": port}]}
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    let apps: Api<Application> = env.api();
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Application",
+        "metadata": {"name": "web"},
+        "spec": {
+            "deployment": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+            },
+            "service": {"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}
+        }
+    }))
+    .unwrap();
+    apps.create(&PostParams::default(), &app).await.unwrap();
+    wait_for("FailedService", TIMEOUT, || async {
+        let a = apps.get("web").await.ok()?;
+        a.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ReplicaFailure" && c.reason == "FailedService")
+            .then_some(())
+    })
+    .await;
+    services
+        .delete("squatter", &DeleteParams::default())
+        .await
+        .unwrap();
+    let svc = wait_for("the Application's Service", TIMEOUT, || async {
+        services.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(svc.spec.unwrap().ports.unwrap()[0].node_port, Some(port));
+    wait_for("ReplicaFailure cleared", TIMEOUT, || async {
+        let a = apps.get("web").await.ok()?;
+        a.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ReplicaFailure" && c.status == "False")
+            .then_some(())
+    })
+    .await;
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn an_orphan_delete_leaves_the_pods_running_without_owner_references() {
+    let env = TestEnv::new("orphan").await;
+    let mut op = env.start_operator();
+    let r = create_redis(&env, "left", 3).await;
+    let uid = r.metadata.uid.clone().unwrap();
+    let before: BTreeSet<String> = converged(&env, "left", 3)
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    // `kubectl delete --cascade=orphan`.
+    let api: Api<Redis> = env.api();
+    api.delete(
+        "left",
+        &DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Orphan),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = env.api();
+    let after = wait_for(
+        "the Redis gone and its Pods without owner references",
+        TIMEOUT,
+        || async {
+            if api.get_opt("left").await.ok()?.is_some() {
+                return None;
+            }
+            let all = pods.list(&ListParams::default()).await.ok()?.items;
+            let freed: Vec<Pod> = all
+                .into_iter()
+                .filter(|p| before.contains(&p.name_any()))
+                .collect();
+            freed
+                .iter()
+                .all(|p| p.owner_references().is_empty())
+                .then_some(freed)
+        },
+    )
+    .await;
+    let names: BTreeSet<String> = after
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(names, before, "every Pod is still there, none terminating");
+    assert!(after.iter().all(|p| !owned_by(p, &uid)));
+
+    // An Application keeps its Service too.
+    let apps: Api<Application> = env.api();
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Application",
+        "metadata": {"name": "kept"},
+        "spec": {
+            "deployment": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "kept"}},
+                "template": {"metadata": {"labels": {"app": "kept"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+            },
+            "service": {"ports": [{"port": 80}]}
+        }
+    }))
+    .unwrap();
+    let app = apps.create(&PostParams::default(), &app).await.unwrap();
+    let app_uid = app.metadata.uid.unwrap();
+    let services: Api<Service> = env.api();
+    let app_pods: BTreeSet<String> = wait_for("2 Pods and the Service", TIMEOUT, || async {
+        services.get_opt("kept").await.ok()??;
+        let p = live_pods(&env, &app_uid).await;
+        (p.len() == 2 && p.iter().all(is_ready)).then(|| p.iter().map(|p| p.name_any()).collect())
+    })
+    .await;
+    apps.delete(
+        "kept",
+        &DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Orphan),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the Application gone, its Service and Pods freed",
+        TIMEOUT,
+        || async {
+            if apps.get_opt("kept").await.ok()?.is_some() {
+                return None;
+            }
+            let svc = services.get_opt("kept").await.ok()??;
+            let all = pods.list(&ListParams::default()).await.ok()?.items;
+            let freed: BTreeSet<String> = all
+                .iter()
+                .filter(|p| {
+                    p.owner_references().is_empty() && p.metadata.deletion_timestamp.is_none()
+                })
+                .map(|p| p.name_any())
+                .filter(|n| app_pods.contains(n))
+                .collect();
+            (svc.owner_references().is_empty()
+                && svc.metadata.deletion_timestamp.is_none()
+                && freed == app_pods)
+                .then_some(())
+        },
+    )
+    .await;
+
+    let events: Api<Event> = env.api();
+    wait_for("the Orphaning Event", TIMEOUT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Orphaning"))
+            .then_some(())
+    })
+    .await;
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn removing_spec_service_removes_the_service_and_status_network() {
+    let env = TestEnv::new("unservice").await;
+    let mut op = env.start_operator();
+    let apps: Api<Application> = env.api();
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Application",
+        "metadata": {"name": "web"},
+        "spec": {
+            "deployment": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+            },
+            "service": {"ports": [{"port": 80}]}
+        }
+    }))
+    .unwrap();
+    apps.create(&PostParams::default(), &app).await.unwrap();
+    // Read raw, so that a field the types would drop is still seen.
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &kube::discovery::ApiResource::erase::<Application>(&()),
+    );
+    let network = |o: &kube::api::DynamicObject| -> Option<Value> {
+        o.data.pointer("/status/network").cloned()
+    };
+    wait_for("status.network", TIMEOUT, || async {
+        network(&raw.get("web").await.ok()?).map(|_| ())
+    })
+    .await;
+    let services: Api<Service> = env.api();
+    assert!(services.get_opt("web").await.unwrap().is_some());
+
+    apps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"service": null}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the Service gone and status.network removed",
+        TIMEOUT,
+        || async {
+            let o = raw.get("web").await.ok()?;
+            let svc = services.get_opt("web").await.ok()?;
+            let observed = o.data.pointer("/status/workflow/observedGeneration")
+                == Some(&json!(o.metadata.generation));
+            (network(&o).is_none() && svc.is_none() && observed).then_some(())
+        },
+    )
+    .await;
+    op.assert_running();
+}
+
+/// Pod names an Event's note lists ("Created 2 pods: a, b" or "Created
+/// pod: a").
+fn named_pods(note: &str) -> BTreeSet<String> {
+    let list = note.split_once(": ").map(|(_, l)| l).unwrap_or_default();
+    list.split(", ").map(|s| s.trim().to_string()).collect()
+}
+
+#[tokio::test]
+async fn events_of_a_scale_up_a_heal_and_another_scale_up_each_name_their_pods() {
+    let env = TestEnv::new("events").await;
+    let mut op = env.start_operator();
+    create_redis(&env, "told", 2).await;
+    let names = |pods: &[Pod]| -> BTreeSet<String> { pods.iter().map(|p| p.name_any()).collect() };
+    let first = names(&converged(&env, "told", 2).await);
+
+    let pods: Api<Pod> = env.api();
+    let victim = first.iter().next().unwrap().clone();
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    let healed = wait_for("the heal", TIMEOUT, || async {
+        let now = names(&converged_now(&env, "told", 2).await?);
+        (!now.contains(&victim)).then_some(now)
+    })
+    .await;
+    let heal: BTreeSet<String> = healed.difference(&first).cloned().collect();
+    assert_eq!(heal.len(), 1);
+
+    scale(&env, "told", 4).await;
+    let last = names(&converged(&env, "told", 4).await);
+    let second: BTreeSet<String> = last.difference(&healed).cloned().collect();
+    assert_eq!(second.len(), 2);
+
+    let events: Api<Event> = env.api();
+    let batches = [first, heal, second];
+    let notes = wait_for("an Event per batch", TIMEOUT, || async {
+        let notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("SuccessfulCreate"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("told"))
+            .filter_map(|e| e.note)
+            .collect();
+        batches
+            .iter()
+            .all(|b| notes.iter().any(|n| &named_pods(n) == b))
+            .then_some(notes)
+    })
+    .await;
+    assert_eq!(notes.len(), 3, "one Event per batch: {notes:?}");
+
+    // What a user reads.
+    for args in [
+        &["events", "--for", "redis/told"][..],
+        &["describe", "redis", "told"],
+    ] {
+        let (ok, out, err) = env.kubectl(args);
+        assert!(ok, "{err}");
+        for b in &batches {
+            for name in b {
+                assert!(
+                    out.contains(name.as_str()),
+                    "{name} not in {args:?}:\n{out}"
+                );
+            }
+        }
+    }
+    op.assert_running();
+}
