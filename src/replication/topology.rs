@@ -19,7 +19,8 @@
 //!    whose `master_replid` is the restarted primary's (it resynced from the
 //!    empty dataset). Only when no member can hold data (a new Redis, or all
 //!    data gone) is such a member promoted; while a member with an address
-//!    does not answer, the planner waits instead.
+//!    does not answer (and something was recorded), the planner waits
+//!    instead.
 //! 4. Every other member that is primary is fenced (made a replica of the
 //!    primary) before the new primary is promoted; replicas that follow any
 //!    other address are repointed after.
