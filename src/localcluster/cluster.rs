@@ -155,6 +155,7 @@ impl LocalCluster {
         )?;
         let client = cluster.client().await?;
         cluster.wait_apiserver_ready(&client).await?;
+        install_delay_policy(&client).await?;
 
         let kc = cluster.kubeconfig_path.display().to_string();
         let kcm_kubeconfig = dir.join("controller-manager.kubeconfig");
@@ -488,6 +489,37 @@ async fn create_nodes(client: &Client, nodes: u32) -> Result<(), Error> {
         };
         api.create(&PostParams::default(), &node).await?;
     }
+    Ok(())
+}
+
+/// Installs the MutatingAdmissionPolicy that gives Pods the delay
+/// annotations of their namespace's `kwok-delays` ConfigMap (see
+/// `kwok-delays.yaml`).
+async fn install_delay_policy(client: &Client) -> Result<(), Error> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+    };
+    use serde::Deserialize;
+    let invalid = |e: serde_yaml_ng::Error| Error::Startup {
+        component: "kwok-delays.yaml".into(),
+        detail: e.to_string(),
+    };
+    let mut docs = serde_yaml_ng::Deserializer::from_str(include_str!("kwok-delays.yaml"));
+    let policy = docs.next().map(MutatingAdmissionPolicy::deserialize);
+    let binding = docs.next().map(MutatingAdmissionPolicyBinding::deserialize);
+    let (Some(policy), Some(binding)) = (policy, binding) else {
+        return Err(Error::Startup {
+            component: "kwok-delays.yaml".into(),
+            detail: "expected a policy and its binding".into(),
+        });
+    };
+    let params = PostParams::default();
+    Api::<MutatingAdmissionPolicy>::all(client.clone())
+        .create(&params, &policy.map_err(invalid)?)
+        .await?;
+    Api::<MutatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&params, &binding.map_err(invalid)?)
+        .await?;
     Ok(())
 }
 

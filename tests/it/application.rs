@@ -12,8 +12,9 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::Application;
 use serde_json::{Value, json};
 
+use crate::bounds::Recorder;
 use crate::harness::{
-    TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
+    PodDelays, TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -252,9 +253,17 @@ fn all_on(state: &BTreeMap<String, Pod>, n: usize, image: &str) -> bool {
     state.len() == n && state.values().all(|p| is_ready(p) && image_of(p) == image)
 }
 
+/// Pods take a while to become Ready and to go, as with a kubelet, so that
+/// rollouts really wait on readiness and on terminating Pods.
+const ROLLOUT_DELAYS: PodDelays = PodDelays {
+    ready: (Duration::from_millis(300), Duration::from_millis(900)),
+    delete: (Duration::from_millis(300), Duration::from_millis(1200)),
+};
+
 #[tokio::test]
 async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
     let env = TestEnv::new("app-rolling").await;
+    env.set_pod_delays(ROLLOUT_DELAYS).await;
     let mut op = env.start_operator();
     let apps: Api<Application> = env.api();
     let strategy = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}}});
@@ -264,28 +273,25 @@ async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
     )
     .await
     .unwrap();
-    let (a, _) = converged(&env, "roll", 6, "nginx:1.26").await;
-    let (mut max_total, mut min_ready, mut steps) = (0usize, usize::MAX, 0);
-    follow_owned_pods(
-        &env,
-        &a.uid().unwrap(),
-        |s| all_on(s, 6, "nginx:1.27"),
-        |s| {
-            steps += 1;
-            max_total = max_total.max(s.len());
-            min_ready = min_ready.min(s.values().filter(|p| is_ready(p)).count());
-        },
-        set_image(&env, "roll", "nginx:1.27"),
-    )
-    .await;
-    // maxSurge 25% of 6 rounds up to 2; maxUnavailable is 1.
-    assert!(max_total <= 8, "at most 6 + 2 Pods, saw {max_total}");
-    assert!(min_ready >= 5, "at least 6 - 1 ready Pods, saw {min_ready}");
-    assert!(
-        steps >= 6,
-        "observed the rollout step by step ({steps} events)"
-    );
+    converged(&env, "roll", 6, "nginx:1.26").await;
+    let recorder = Recorder::start(&env).await;
+    set_image(&env, "roll", "nginx:1.27").await;
     converged(&env, "roll", 6, "nginx:1.27").await;
+    // maxSurge 25% of 6 rounds up to 2; maxUnavailable is 1: at most 8
+    // live Pods and at least 5 Ready ones at every Pod event.
+    let report = recorder.check();
+    report.assert_held("rolling update");
+    let stats = report.owner("roll");
+    eprintln!("rolling update: {stats:?}");
+    assert!(
+        stats.pod_events >= 18,
+        "observed the rollout step by step ({stats:?})"
+    );
+    assert!(stats.most_live > 6, "the rollout surged ({stats:?})");
+    assert!(
+        stats.most_unready > 0 && stats.most_terminating > 0,
+        "new Pods took time to be Ready and old ones to go ({stats:?})"
+    );
     // The condition follows once the old Pods are gone, as with
     // `kubectl rollout status`.
     let apps: Api<Application> = env.api();
@@ -301,6 +307,7 @@ async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
 #[tokio::test]
 async fn recreate_removes_every_old_pod_before_creating_new_ones() {
     let env = TestEnv::new("app-recreate").await;
+    env.set_pod_delays(ROLLOUT_DELAYS).await;
     let mut op = env.start_operator();
     let apps: Api<Application> = env.api();
     apps.create(
@@ -313,21 +320,19 @@ async fn recreate_removes_every_old_pod_before_creating_new_ones() {
     )
     .await
     .unwrap();
-    let (a, _) = converged(&env, "rec", 3, "nginx:1.26").await;
-    let mut overlap = false;
-    follow_owned_pods(
-        &env,
-        &a.uid().unwrap(),
-        |s| all_on(s, 3, "nginx:1.27"),
-        |s| {
-            let old = s.values().any(|p| image_of(p) == "nginx:1.26");
-            let new = s.values().any(|p| image_of(p) == "nginx:1.27");
-            overlap |= old && new;
-        },
-        set_image(&env, "rec", "nginx:1.27"),
-    )
-    .await;
-    assert!(!overlap, "old and new Pods coexisted");
+    converged(&env, "rec", 3, "nginx:1.26").await;
+    let recorder = Recorder::start(&env).await;
+    set_image(&env, "rec", "nginx:1.27").await;
+    converged(&env, "rec", 3, "nginx:1.27").await;
+    // No new Pod while an old one exists, terminating ones included.
+    let report = recorder.check();
+    report.assert_held("Recreate");
+    let stats = report.owner("rec");
+    eprintln!("Recreate: {stats:?}");
+    assert!(
+        stats.most_terminating == 3,
+        "the old Pods were terminating together for a while ({stats:?})"
+    );
     op.assert_running();
 }
 
@@ -675,6 +680,7 @@ async fn kubectl_scale_works_on_an_application() {
 #[tokio::test]
 async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
     let env = TestEnv::new("app-kills").await;
+    env.set_pod_delays(ROLLOUT_DELAYS).await;
     let mut op = env.start_operator();
     let apps: Api<Application> = env.api();
     let strategy = json!({"strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}});
@@ -685,15 +691,14 @@ async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
     .await
     .unwrap();
     let (a, _) = converged(&env, "k", 6, "nginx:1.26").await;
-    let (mut max_total, mut min_ready, mut events, mut kills) = (0usize, usize::MAX, 0u32, 0u32);
+    let recorder = Recorder::start(&env).await;
+    let (mut events, mut kills) = (0u32, 0u32);
     follow_owned_pods(
         &env,
         &a.uid().unwrap(),
         |s| all_on(s, 6, "nginx:1.27"),
-        |s| {
+        |_| {
             events += 1;
-            max_total = max_total.max(s.len());
-            min_ready = min_ready.min(s.values().filter(|p| is_ready(p)).count());
             // SIGKILL and restart on every fourth Pod event, mid-rollout.
             if events % 4 == 0 && kills < 5 {
                 op.restart();
@@ -704,8 +709,10 @@ async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
     )
     .await;
     assert!(kills >= 2, "the operator was killed {kills} times");
-    assert!(max_total <= 7, "at most 6 + 1 Pods, saw {max_total}");
-    assert!(min_ready >= 5, "at least 6 - 1 ready Pods, saw {min_ready}");
     converged(&env, "k", 6, "nginx:1.27").await;
+    // At most 6 + 1 live Pods and at least 6 - 1 Ready ones at every event.
+    let report = recorder.check();
+    report.assert_held(&format!("rollout with {kills} operator kills"));
+    eprintln!("rollout with kills: {:?}", report.owner("k"));
     op.assert_running();
 }

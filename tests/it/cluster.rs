@@ -1,6 +1,6 @@
 //! The local control plane itself: what every other test relies on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, ServiceAccount};
@@ -9,7 +9,9 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, NamedAuthInfo};
 use kube::{Api, Client, Config, ResourceExt};
 
-use crate::harness::{TestEnv, kubeconfig, wait_for};
+use serde_json::{Value, json};
+
+use crate::harness::{PodDelays, TestEnv, current_rv, is_ready, kubeconfig, wait_for, watch_from};
 
 #[tokio::test]
 async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
@@ -152,4 +154,107 @@ async fn rbac_denies_a_service_account_without_permissions() {
         }
         other => panic!("expected 403 Forbidden, got {other:?}"),
     }
+}
+
+/// When each of the Pod's states was first seen, from a watch.
+#[derive(Debug, Default)]
+struct Timeline {
+    running_not_ready: Option<Instant>,
+    ready: Option<Instant>,
+    terminating: Option<Instant>,
+    gone: Option<Instant>,
+}
+
+#[tokio::test]
+async fn pods_take_their_namespaces_delays_to_become_ready_and_to_go() {
+    use futures::TryStreamExt;
+    use kube::api::WatchEvent;
+    let env = TestEnv::new("cluster-delays").await;
+    let delay = Duration::from_millis(1500);
+    env.set_pod_delays(PodDelays {
+        ready: (delay, delay),
+        delete: (delay, delay),
+    })
+    .await;
+    let pods: Api<Pod> = env.api();
+    let rv = current_rv(&pods).await;
+    let mut events = watch_from(&pods, &rv).await;
+    let pod = |name: &str, annotations: Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+        }))
+        .unwrap()
+    };
+    let created = Instant::now();
+    pods.create(&PostParams::default(), &pod("slow", json!({})))
+        .await
+        .unwrap();
+    // A Pod's own annotation wins over its namespace's.
+    let own = pods
+        .create(
+            &PostParams::default(),
+            &pod("own", json!({"kwok.podkeeper.dev/ready-delay": "3s"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        own.annotations()["kwok.podkeeper.dev/ready-delay"],
+        "3s",
+        "{:?}",
+        own.annotations()
+    );
+    let mut t = Timeline::default();
+    let mut deleted = None;
+    while t.gone.is_none() {
+        let ev = tokio::time::timeout(Duration::from_secs(60), events.try_next())
+            .await
+            .expect("Pod events in time")
+            .expect("watch")
+            .expect("watch open");
+        let now = Instant::now();
+        match ev {
+            WatchEvent::Added(p) | WatchEvent::Modified(p) if p.name_any() == "slow" => {
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if p.metadata.deletion_timestamp.is_some() {
+                    t.terminating.get_or_insert(now);
+                } else if is_ready(&p) {
+                    t.ready.get_or_insert(now);
+                } else if running {
+                    t.running_not_ready.get_or_insert(now);
+                }
+                if t.ready.is_some() && deleted.is_none() {
+                    pods.delete("slow", &DeleteParams::default()).await.unwrap();
+                    deleted = Some(Instant::now());
+                }
+            }
+            WatchEvent::Deleted(p) if p.name_any() == "slow" => {
+                t.gone = Some(now);
+            }
+            _ => {}
+        }
+    }
+    let (running, ready, terminating, gone) = (
+        t.running_not_ready.expect("Running but not Ready first"),
+        t.ready.unwrap(),
+        t.terminating.expect("Terminating before it went"),
+        t.gone.unwrap(),
+    );
+    let deleted = deleted.unwrap();
+    // kwok counts each delay from when it sees the state before; a watch
+    // sees it a little later, so allow 200 ms of that.
+    let slack = Duration::from_millis(200);
+    eprintln!(
+        "delays: Running {:?} after create, Ready {:?} after Running, Terminating {:?} after the delete, gone {:?} after that",
+        running - created,
+        ready - running,
+        terminating.saturating_duration_since(deleted),
+        gone - terminating
+    );
+    assert!(ready - running + slack >= delay, "{t:?}");
+    assert!(gone - terminating + slack >= delay, "{t:?}");
+    assert!(
+        ready - running < delay * 3 && gone - terminating < delay * 3,
+        "{t:?}"
+    );
 }

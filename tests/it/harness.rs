@@ -247,6 +247,96 @@ impl TestEnv {
     }
 }
 
+/// Transients for the Pods of one namespace, played by the local cluster's
+/// kwok stages (`src/localcluster/kwok-stages.yaml`): each Pod is Running
+/// but not Ready for a time drawn from `ready`, and stays Terminating for a
+/// time drawn from `delete` once deleted (uniformly from `[min, max)`).
+#[derive(Clone, Copy, Debug)]
+pub struct PodDelays {
+    pub ready: (Duration, Duration),
+    pub delete: (Duration, Duration),
+}
+
+impl PodDelays {
+    /// The annotations (and `kwok-delays` ConfigMap keys) that say so.
+    pub fn entries(&self) -> Vec<(String, String)> {
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        [
+            ("ready-delay", self.ready.0),
+            ("ready-delay-max", self.ready.1),
+            ("delete-delay", self.delete.0),
+            ("delete-delay-max", self.delete.1),
+        ]
+        .into_iter()
+        .map(|(k, d)| (k.to_string(), ms(d)))
+        .collect()
+    }
+}
+
+pub const DELAY_POLICY: &str = "podkeeper-kwok-delays";
+
+impl TestEnv {
+    /// Gives every Pod created in this namespace from now on these delays
+    /// (the `kwok-delays` ConfigMap that the local cluster's admission
+    /// policy reads), and returns once the policy applies them.
+    pub async fn set_pod_delays(&self, delays: PodDelays) {
+        use k8s_openapi::api::admissionregistration::v1::MutatingAdmissionPolicy;
+        use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+        let policies: Api<MutatingAdmissionPolicy> = Api::all(self.client.clone());
+        if policies
+            .get_opt(DELAY_POLICY)
+            .await
+            .expect("get policy")
+            .is_none()
+        {
+            // Not the local cluster (`PODKEEPER_TEST_KUBECONFIG`): its
+            // kubelets make their own transients.
+            eprintln!(
+                "{}: no {DELAY_POLICY} policy; Pods keep this cluster's own timing",
+                self.namespace
+            );
+            return;
+        }
+        let data: std::collections::BTreeMap<String, String> =
+            delays.entries().into_iter().collect();
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("kwok-delays".into()),
+                ..Default::default()
+            },
+            data: Some(data.clone()),
+            ..Default::default()
+        };
+        self.api::<ConfigMap>()
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("create the kwok-delays ConfigMap");
+        // The policy's parameter cache sees the ConfigMap a moment later: a
+        // server-side dry run shows when.
+        let probe: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"generateName": "delay-probe-"},
+            "spec": {"containers": [{"name": "c", "image": "probe"}]}
+        }))
+        .expect("probe Pod");
+        let pods: Api<Pod> = self.api();
+        let dry_run = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let want = "kwok.podkeeper.dev/ready-delay";
+        wait_for(
+            "the delay policy to apply",
+            Duration::from_secs(30),
+            || async {
+                let p = pods.create(&dry_run, &probe).await.ok()?;
+                let got = p.metadata.annotations?.get(want).cloned();
+                (got.as_ref() == data.get("ready-delay")).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 /// Runs kubectl against the test cluster as admin; returns (success,
 /// stdout, stderr).
 pub fn kubectl(args: &[&str]) -> (bool, String, String) {

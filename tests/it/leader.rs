@@ -19,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 const LEASE_NAMESPACE: &str = "podkeeper-system";
 
 /// `--leader-elect` flags for a Lease of this test's own, plus `timing`.
-fn election(lease: &str, timing: &[&str]) -> Vec<String> {
+pub(crate) fn election(lease: &str, timing: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--leader-elect",
         "--leader-election-namespace",
@@ -34,18 +34,18 @@ fn election(lease: &str, timing: &[&str]) -> Vec<String> {
     args
 }
 
-fn refs(args: &[String]) -> Vec<&str> {
+pub(crate) fn refs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-async fn leader_of(op: &Operator) -> String {
+pub(crate) async fn leader_of(op: &Operator) -> String {
     wait_for("the operator to lead", TIMEOUT, || async {
         op.log_field("became the leader", "identity")
     })
     .await
 }
 
-async fn campaigning(op: &Operator) -> String {
+pub(crate) async fn campaigning(op: &Operator) -> String {
     wait_for("the operator to campaign", TIMEOUT, || async {
         op.log_field("campaigning for leadership", "identity")
     })

@@ -2,6 +2,7 @@
 
 mod application;
 mod bench;
+mod bounds;
 mod cluster;
 mod dev;
 mod harness;

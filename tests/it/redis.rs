@@ -12,9 +12,8 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::{Redis, RedisSpec};
 use serde_json::json;
 
-use crate::harness::{
-    TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
-};
+use crate::bounds::Recorder;
+use crate::harness::{PodDelays, TestEnv, current_rv, is_ready, owned_by, wait_for, watch_from};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -249,50 +248,47 @@ async fn deleted_pods_are_replaced_promptly() {
 #[tokio::test]
 async fn an_image_change_rolls_out_one_pod_at_a_time() {
     let env = TestEnv::new("redis-roll").await;
+    // New Pods take a while to be Ready and old ones to go, so "the next
+    // only once its replacement is Ready" is really waited for.
+    env.set_pod_delays(PodDelays {
+        ready: (Duration::from_millis(400), Duration::from_millis(1000)),
+        delete: (Duration::from_millis(400), Duration::from_millis(1000)),
+    })
+    .await;
     let mut op = env.start_operator();
     create(&env, "roll", 3).await;
-    let (r, _) = converged(&env, "roll", 3).await;
-    let uid = r.uid().unwrap();
+    converged(&env, "roll", 3).await;
 
-    // Follow every Pod event during the rollout.
+    let recorder = Recorder::start(&env).await;
     let api: Api<Redis> = env.api();
-    let (mut max_live, mut min_ready) = (0usize, usize::MAX);
-    follow_owned_pods(
-        &env,
-        &uid,
-        |s| {
-            s.len() == 3
-                && s.values().all(|p| {
-                    is_ready(p)
-                        && p.spec.as_ref().unwrap().containers[0].image.as_deref()
-                            == Some("redis:7.4.3")
-                })
-        },
-        |s| {
-            max_live = max_live.max(s.len());
-            min_ready = min_ready.min(s.values().filter(|p| is_ready(p)).count());
-        },
-        async {
-            api.patch(
-                "roll",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
-            )
-            .await
-            .unwrap();
-        },
+    api.patch(
+        "roll",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
     )
-    .await;
+    .await
+    .unwrap();
+    let (r, pods) = converged(&env, "roll", 3).await;
     assert!(
-        max_live <= 4,
-        "never more than replicas + 1 Pods, saw {max_live}"
+        pods.iter()
+            .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("redis:7.4.3"))
     );
-    assert!(
-        min_ready >= 3,
-        "never fewer than 3 ready Pods, saw {min_ready}"
-    );
-    let (r, _) = converged(&env, "roll", 3).await;
     assert_eq!(r.status.unwrap().updated_replicas, 3);
+    // Never more than replicas + 1 live Pods, never fewer than 3 Ready ones,
+    // at any Pod event.
+    let report = recorder.check();
+    report.assert_held("Redis rollout");
+    let stats = report.owner("roll");
+    eprintln!("Redis rollout: {stats:?}");
+    assert_eq!(
+        (stats.most_live, stats.fewest_ready),
+        (4, 3),
+        "one surge Pod at a time"
+    );
+    assert!(
+        stats.most_unready > 0 && stats.pod_events >= 12,
+        "replacements took time to be Ready ({stats:?})"
+    );
     op.assert_running();
 }
 

@@ -25,11 +25,20 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
-use crate::harness::{Operator, TestEnv, is_ready};
+use crate::bounds::Recorder;
+use crate::harness::{Operator, PodDelays, TestEnv, is_ready};
+use crate::leader::{campaigning, election, leader_of, refs};
 
 const REDIS_IMAGES: [&str; 3] = ["redis:7.4.2", "redis:7.4.1", "redis:7.2.5"];
 const APP_IMAGES: [&str; 3] = ["nginx:1.26", "nginx:1.27", "nginx:1.25"];
 const QUIET_TIMEOUT: Duration = Duration::from_secs(180);
+/// Chaos Pods take a while to become Ready and to go, as with a kubelet, so
+/// that faults land on rollouts that are waiting for readiness and on
+/// Pods still terminating.
+const CHAOS_DELAYS: PodDelays = PodDelays {
+    ready: (Duration::from_millis(100), Duration::from_millis(1000)),
+    delete: (Duration::from_millis(100), Duration::from_millis(1500)),
+};
 
 fn redis_object(name: &str, replicas: i64, image: &str) -> Redis {
     serde_json::from_value(json!({
@@ -350,8 +359,8 @@ impl Chaos {
         }
     }
 
-    /// One random fault.
-    async fn step(&mut self, env: &TestEnv) {
+    /// One random fault; the Pods it deletes are told to `recorder`.
+    async fn step(&mut self, env: &TestEnv, recorder: &Recorder) {
         let action = self.rng.random_range(0..100);
         let name = self.pick();
         let redis = name.starts_with("redis");
@@ -361,6 +370,7 @@ impl Chaos {
                 let list = pods.list(&ListParams::default()).await.unwrap().items;
                 if !list.is_empty() {
                     let victim = list[self.rng.random_range(0..list.len())].name_any();
+                    recorder.deleted_by_test(&victim);
                     let _ = pods.delete(&victim, &DeleteParams::default()).await;
                     *self.counts.entry("Pods deleted").or_default() += 1;
                 }
@@ -430,22 +440,44 @@ impl Chaos {
 async fn chaos(test: &str, kill_operator: bool) {
     let seed = seed(test);
     let env = TestEnv::new(test).await;
-    let mut op = env.start_operator();
+    env.set_pod_delays(CHAOS_DELAYS).await;
+    // Without kills, the operator runs as a leader with a standby beside it,
+    // whose memory must stay flat (a killed leader's Lease would hold the
+    // chaos up for a lease duration at every kill, so that run has none).
+    let lease = format!("chaos-{}", env.namespace);
+    let args = election(&lease, &[]);
+    let (mut op, mut standby) = if kill_operator {
+        (env.start_operator(), None)
+    } else {
+        let leader = Operator::start(&env.namespace, &refs(&args));
+        leader_of(&leader).await;
+        let standby = Operator::start(&env.namespace, &refs(&args));
+        campaigning(&standby).await;
+        (leader, Some(standby))
+    };
     let mut chaos = Chaos::new(seed);
     chaos.setup(&env).await;
     let context = format!("{test} (PODKEEPER_CHAOS_SEED={seed})");
     assert_invariant(&env, &format!("{context}, before chaos")).await;
+    let recorder = Recorder::start(&env).await;
+    let standby_before = standby
+        .as_ref()
+        .map(|s| s.rss_kib().expect("the standby runs"));
+    let mut standby_peak = standby_before.unwrap_or(0);
 
     let duration = chaos_duration();
     let start = Instant::now();
     let mut kills = 0;
     let mut next_kill = Duration::from_millis(chaos.rng.random_range(1000..4000));
     while start.elapsed() < duration {
-        chaos.step(&env).await;
+        chaos.step(&env, &recorder).await;
         if kill_operator && start.elapsed() > next_kill {
             op.restart();
             kills += 1;
             next_kill = start.elapsed() + Duration::from_millis(chaos.rng.random_range(1000..4000));
+        }
+        if let Some(s) = &standby {
+            standby_peak = standby_peak.max(s.rss_kib().unwrap_or(0));
         }
         // Pacing of the load, not a wait for anything.
         let pause = chaos.rng.random_range(20..200);
@@ -455,16 +487,41 @@ async fn chaos(test: &str, kill_operator: bool) {
     let settled = assert_invariant(&env, &context).await;
     op.assert_running();
     assert_no_panic(&op, &context);
+    // Every Pod event of the run, replayed: surge and availability bounds.
+    let report = recorder.check();
+    report.assert_held(&context);
+    let busy =
+        |f: fn(&crate::bounds::OwnerStats) -> bool| report.owners.values().filter(|s| f(s)).count();
     eprintln!(
-        "{context}: {}s of chaos, {:?}, {kills} operator kills; invariant held {:.1}s after the last fault",
+        "{context}: {}s of chaos, {:?}, {kills} operator kills; invariant held {:.1}s after the last fault; \
+         bounds held at all {} Pod events ({} owners saw unready Pods, {} saw terminating ones)",
         duration.as_secs(),
         chaos.counts,
-        settled.as_secs_f64()
+        settled.as_secs_f64(),
+        report.pod_events,
+        busy(|s| s.most_unready > 0),
+        busy(|s| s.most_terminating > 0),
     );
     if kill_operator {
         assert!(kills >= 5, "{context}: only {kills} kills");
     } else {
         assert_eq!(op.starts(), 1, "{context}: the operator restarted");
+    }
+    if let (Some(standby), Some(before)) = (standby.as_mut(), standby_before) {
+        standby.assert_running();
+        let after = standby.rss_kib().expect("the standby runs");
+        standby_peak = standby_peak.max(after);
+        eprintln!(
+            "{context}: the standby's RSS went from {before} KiB to {after} KiB (peak {standby_peak} KiB) over the run"
+        );
+        assert!(
+            standby.log_field("became the leader", "identity").is_none(),
+            "{context}: the standby led while the leader lived"
+        );
+        assert!(
+            standby_peak.saturating_sub(before) < 20 * 1024,
+            "{context}: the standby grew from {before} KiB to {standby_peak} KiB"
+        );
     }
 }
 
