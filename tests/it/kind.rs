@@ -248,17 +248,12 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
             .clone()
             .unwrap();
         assert_eq!(probe.http_get.unwrap().path.as_deref(), Some("/readyz"));
-        // /metrics, scraped from the Pod through the API server's proxy.
-        let path = format!(
-            "/api/v1/namespaces/{OPERATOR_NS}/pods/{}:8080/proxy/metrics",
-            p.name_any()
-        );
-        let (ok, out, err) = kubectl(&["get", "--raw", &path]);
-        assert!(ok, "scraping {path}: {err}");
+        // /metrics answers on every replica (scraped from the Pod through
+        // the API server's proxy); the leader's counts are checked below.
+        let metrics = scrape(&p.name_any());
         assert!(
-            out.contains("controller_runtime_reconcile_total")
-                || out.contains("# HELP controller_runtime"),
-            "no controller metrics in:\n{out}"
+            metrics.ends_with("# EOF\n"),
+            "not OpenMetrics text:\n{metrics}"
         );
         // kubectl logs reads the JSON log.
         let (ok, out, err) = kubectl(&["logs", "-n", OPERATOR_NS, &p.name_any()]);
@@ -304,6 +299,21 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         ok && out.contains("became the leader"),
         "standby log: {out}"
     );
+    let metrics = scrape(&standby);
+    assert!(
+        metrics.contains(
+            "controller_runtime_reconcile_total{controller=\"redis\",result=\"success\"}"
+        ),
+        "the new leader's metrics count its reconciles:\n{metrics}"
+    );
+}
+
+/// The operator Pod's /metrics, through the API server's Pod proxy.
+fn scrape(pod: &str) -> String {
+    let path = format!("/api/v1/namespaces/{OPERATOR_NS}/pods/{pod}:8080/proxy/metrics");
+    let (ok, out, err) = kubectl(&["get", "--raw", &path]);
+    assert!(ok, "scraping {path}: {err}");
+    out
 }
 
 #[tokio::test]
@@ -343,16 +353,17 @@ async fn the_application_sample_serves_http_through_its_service() {
     .await;
 
     // A client Pod in the cluster fetches the page by the Service's DNS
-    // name (CoreDNS, then kube-proxy to one of the Pods).
+    // name (CoreDNS, then kube-proxy to one of the Pods). The client is the
+    // Redis image, whose bash speaks TCP through /dev/tcp; busybox's static
+    // wget cannot resolve names.
     let (ok, _, err) = env.kubectl(&[
         "run",
         "client",
         "--image",
-        HTTPD_IMAGE,
+        REDIS_IMAGE,
         "--restart=Never",
         "--command",
         "--",
-        "/bin/busybox",
         "sleep",
         "600",
     ]);
@@ -361,15 +372,18 @@ async fn the_application_sample_serves_http_through_its_service() {
         pods.get("client").await.ok().filter(is_ready)
     })
     .await;
-    let url = format!("http://web.{}.svc.cluster.local:8000/", env.namespace);
-    let page = wait_for("the page through the Service", TIMEOUT, || async {
-        let (ok, out) = exec(
-            &env,
-            "client",
-            &["/bin/busybox", "wget", "-q", "-T", "5", "-O", "-", &url],
-        );
+    let host = format!("web.{}.svc.cluster.local", env.namespace);
+    let script = format!(
+        "exec 3<>/dev/tcp/{host}/8000 && printf 'GET / HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' >&3 && cat <&3"
+    );
+    let response = wait_for("the page through the Service", TIMEOUT, || async {
+        let (ok, out) = exec(&env, "client", &["bash", "-c", &script]);
         ok.then_some(out)
     })
     .await;
-    assert!(page.contains("podkeeper.dev/httpd"), "page: {page}");
+    assert!(response.starts_with("HTTP/1.1 200"), "response: {response}");
+    assert!(
+        response.contains("podkeeper.dev/httpd"),
+        "response: {response}"
+    );
 }
