@@ -9,6 +9,7 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, NamedAuthInfo};
 use kube::{Api, Client, Config, ResourceExt};
 
+use crate::harness::image;
 use crate::harness::{TestEnv, kubeconfig, wait_for};
 
 #[tokio::test]
@@ -23,7 +24,7 @@ async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "web".into(),
-                image: Some("nginx:1.27".into()),
+                image: Some(image("nginx:1.27")),
                 ..Default::default()
             }],
             ..Default::default()

@@ -468,6 +468,42 @@ impl Drop for Operator {
     }
 }
 
+/// The image to run where a test names an upstream image. kwok runs no
+/// containers, so locally the name is all that matters and is kept. On kind
+/// (`just e2e` sets PODKEEPER_TEST_IMAGES=kind) nothing can be pulled: each
+/// upstream Redis or nginx image maps to a tag of podkeeper's own Redis or
+/// httpd image loaded there, a different tag for each different upstream
+/// image, so that image changes still roll out.
+pub fn image(upstream: &str) -> String {
+    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() != Ok("kind") {
+        return upstream.to_string();
+    }
+    use podkeeper::kind::versions::{
+        HTTPD_IMAGE, HTTPD_ROLLOUT_IMAGES, REDIS_IMAGE, REDIS_ROLLOUT_IMAGES,
+    };
+    let (first, rest, order): (&str, [&str; 3], [&str; 4]) = if upstream.starts_with("redis") {
+        (
+            REDIS_IMAGE,
+            REDIS_ROLLOUT_IMAGES,
+            ["redis:7.4.2", "redis:7.4.3", "redis:7.4.1", "redis:7.2.5"],
+        )
+    } else if upstream.starts_with("nginx") {
+        (
+            HTTPD_IMAGE,
+            HTTPD_ROLLOUT_IMAGES,
+            ["nginx:1.14.2", "nginx:1.26", "nginx:1.27", "nginx:1.25"],
+        )
+    } else {
+        panic!("no image on kind stands in for {upstream}");
+    };
+    match order.iter().position(|o| *o == upstream) {
+        Some(0) => first.to_string(),
+        Some(i) => rest[i - 1].to_string(),
+        None if !upstream.contains(':') => first.to_string(),
+        None => panic!("no image on kind stands in for {upstream}"),
+    }
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -12,6 +12,7 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::{Redis, RedisSpec};
 use serde_json::json;
 
+use crate::harness::image;
 use crate::harness::{
     TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
 };
@@ -19,7 +20,9 @@ use crate::harness::{
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn redis(name: &str, replicas: i32) -> Redis {
-    let spec: RedisSpec = serde_json::from_value(json!({ "replicas": replicas })).unwrap();
+    let spec: RedisSpec =
+        serde_json::from_value(json!({ "replicas": replicas, "image": image("redis:7.4.2") }))
+            .unwrap();
     Redis::new(name, spec)
 }
 
@@ -269,7 +272,7 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
             api.patch(
                 "roll",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"image": "redis:7.4.3"}})),
+                &Patch::Merge(json!({"spec": {"image": &image("redis:7.4.3")}})),
             )
             .await
             .unwrap();
@@ -432,7 +435,7 @@ async fn a_foreign_pod_with_the_same_labels_survives() {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "c".into(),
-                image: Some("redis:7.4.2".into()),
+                image: Some(image("redis:7.4.2")),
                 ..Default::default()
             }],
             ..Default::default()

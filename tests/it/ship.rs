@@ -8,6 +8,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use podkeeper::crd::Redis;
 use serde_json::json;
 
+use crate::harness::image;
 use crate::harness::{Operator, TestEnv, free_port, http_get, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -89,7 +90,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_a_stopping_leader_hands_o
     let mut second = Operator::start(&env.namespace, &args);
     let api: Api<Redis> = env.api();
     api.create(&PostParams::default(), &serde_json::from_value(json!({
-        "apiVersion": "podkeeper.dev/v1", "kind": "Redis", "metadata": {"name": "ha"}, "spec": {"replicas": 2}
+        "apiVersion": "podkeeper.dev/v1", "kind": "Redis", "metadata": {"name": "ha"}, "spec": {"replicas": 2, "image": image("redis:7.4.2")}
     })).unwrap())
     .await
     .unwrap();
@@ -161,7 +162,7 @@ async fn metrics_and_probes_are_served() {
 
     let api: Api<Redis> = env.api();
     api.create(&PostParams::default(), &serde_json::from_value(json!({
-        "apiVersion": "podkeeper.dev/v1", "kind": "Redis", "metadata": {"name": "m"}, "spec": {"replicas": 2}
+        "apiVersion": "podkeeper.dev/v1", "kind": "Redis", "metadata": {"name": "m"}, "spec": {"replicas": 2, "image": image("redis:7.4.2")}
     })).unwrap())
     .await
     .unwrap();
