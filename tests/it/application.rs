@@ -138,7 +138,11 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
     let env = TestEnv::new("app-seed").await;
     let mut op = env.start_operator();
     let path = crate::harness::logs_dir().join(format!("{}-seed.yaml", env.namespace));
-    std::fs::write(&path, SEED_SAMPLE.replace("nginx:1.14.2", &image("nginx:1.14.2"))).unwrap();
+    std::fs::write(
+        &path,
+        SEED_SAMPLE.replace("nginx:1.14.2", &image("nginx:1.14.2")),
+    )
+    .unwrap();
     let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
     let (a, pods) = converged(&env, "nginx-sample", 1, &image("nginx:1.14.2")).await;
@@ -190,7 +194,8 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
         env!("CARGO_MANIFEST_DIR"),
         "/samples/application.yaml"
     ))
-    .unwrap();
+    .unwrap()
+    .replace("nginx:1.14.2", &image("nginx:1.14.2"));
     let labelled = sample
         .replace(
             "namespace: default",
@@ -311,7 +316,11 @@ async fn recreate_removes_every_old_pod_before_creating_new_ones() {
         &PostParams::default(),
         &application(
             "rec",
-            nginx(3, &image("nginx:1.26"), json!({"strategy": {"type": "Recreate"}})),
+            nginx(
+                3,
+                &image("nginx:1.26"),
+                json!({"strategy": {"type": "Recreate"}}),
+            ),
             None,
         ),
     )
@@ -342,7 +351,11 @@ async fn paused_holds_the_rollout_until_resumed() {
     let apps: Api<Application> = env.api();
     apps.create(
         &PostParams::default(),
-        &application("p", nginx(2, &image("nginx:1.26"), json!({"paused": true})), None),
+        &application(
+            "p",
+            nginx(2, &image("nginx:1.26"), json!({"paused": true})),
+            None,
+        ),
     )
     .await
     .unwrap();
@@ -400,7 +413,11 @@ async fn min_ready_seconds_governs_availability_and_the_deadline_is_reported() {
     converged(&env, "slow", 2, &image("nginx:1.26")).await;
 
     // Pods that can never be scheduled make no progress.
-    let stuck = nginx(1, &image("nginx:1.26"), json!({"progressDeadlineSeconds": 3}));
+    let stuck = nginx(
+        1,
+        &image("nginx:1.26"),
+        json!({"progressDeadlineSeconds": 3}),
+    );
     let mut app = application("stuck", stuck, None);
     app.spec
         .deployment
@@ -429,7 +446,11 @@ async fn the_service_follows_the_spec_corrects_drift_and_keeps_allocations() {
         json!({"type": "NodePort", "ports": [{"name": "http", "port": 80, "targetPort": 80}]});
     apps.create(
         &PostParams::default(),
-        &application("svc", nginx(1, &image("nginx:1.26"), json!({})), Some(service)),
+        &application(
+            "svc",
+            nginx(1, &image("nginx:1.26"), json!({})),
+            Some(service),
+        ),
     )
     .await
     .unwrap();

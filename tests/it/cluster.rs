@@ -13,6 +13,10 @@ use crate::harness::image;
 use crate::harness::{TestEnv, kubeconfig, wait_for};
 
 #[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it checks the kwok nodes of the local control plane"
+)]
 async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
     let env = TestEnv::new("cluster-pod").await;
     let pods: Api<Pod> = env.api();

@@ -175,13 +175,39 @@ pub async fn admin_client() -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// How long to wait for what takes `local` on the local control plane. Real
+/// containers (on kind) are slower than kwok's Pods: images are unpacked,
+/// probes run, processes start and stop, so waits there are three times as
+/// long.
+pub fn patience(local: Duration) -> Duration {
+    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() == Ok("kind") {
+        local * 3
+    } else {
+        local
+    }
+}
+
+/// Serialises what disrupts the deployed operator (see
+/// [`hold_deployed_operator`]).
+static DEPLOYED_OPERATOR: Mutex<()> = Mutex::new(());
+
+/// Held by a test that needs the deployed operator's Pods undisturbed (the
+/// failover test follows one leader's Pod): while it is held, "killing" the
+/// deployed operator waits.
+pub fn hold_deployed_operator() -> std::sync::MutexGuard<'static, ()> {
+    DEPLOYED_OPERATOR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after
-/// `timeout` with `what`.
+/// `timeout` (see [`patience`]) with `what`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    let timeout = patience(timeout);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
@@ -403,6 +429,7 @@ impl Operator {
     /// its Pods).
     pub fn kill(&mut self) {
         if self.deployed() {
+            drop(hold_deployed_operator());
             let (ok, out, err) = kubectl(&[
                 "delete",
                 "pod",
@@ -605,7 +632,7 @@ pub async fn follow_owned_pods(
         .collect();
     let mut stream = watch_from(&pods, &rv).await;
     start.await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let deadline = tokio::time::Instant::now() + patience(Duration::from_secs(90));
     while !until(&state) {
         let ev = tokio::time::timeout_at(deadline, stream.try_next())
             .await

@@ -202,7 +202,11 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
     redises
         .create(
             &PostParams::default(),
-            &serde_json::from_value(redis("bystander", json!({"replicas": 2, "image": image("redis:7.4.2")}))).unwrap(),
+            &serde_json::from_value(redis(
+                "bystander",
+                json!({"replicas": 2, "image": image("redis:7.4.2")}),
+            ))
+            .unwrap(),
         )
         .await
         .unwrap();

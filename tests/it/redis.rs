@@ -204,17 +204,26 @@ async fn kubectl_scale_and_wait_work_through_the_subresources() {
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(
         &row[..5],
-        ["kc", "3", "3", podkeeper::crd::redis::DEFAULT_IMAGE, "6379"]
+        [
+            "kc",
+            "3",
+            "3",
+            &image(podkeeper::crd::redis::DEFAULT_IMAGE),
+            "6379"
+        ]
     );
     let (ok, out, _) = env.kubectl(&["explain", "redis.spec.port"]);
     assert!(ok && out.contains("1234 to 54321"), "{out}");
 
-    // The quick-start sample applies as it is and converges.
-    let (ok, out, err) = env.kubectl(&[
-        "apply",
-        "-f",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/samples/redis.yaml"),
-    ]);
+    // The quick-start sample applies as it is (on kind, with an image that
+    // is there) and converges.
+    let sample =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/samples/redis.yaml"))
+            .unwrap()
+            .replace("redis:7.4.2", &image("redis:7.4.2"));
+    let path = crate::harness::logs_dir().join(format!("{}-redis-sample.yaml", env.namespace));
+    std::fs::write(&path, sample).unwrap();
+    let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
     converged(&env, "redis-sample", 3).await;
     op.assert_running();
@@ -464,6 +473,10 @@ async fn a_foreign_pod_with_the_same_labels_survives() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it kills the operator process within milliseconds of its first Pod creation; deleting a deployed operator's Pods through the API lands after the scale-up"
+)]
 async fn an_operator_killed_mid_scale_up_converges_without_duplicates() {
     let env = TestEnv::new("redis-crash").await;
     let mut op = env.start_operator();
