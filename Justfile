@@ -63,7 +63,7 @@ e2e target="kind" *ARGS:
     kubectl apply -k manifests/
     kubectl -n podkeeper-system rollout restart deploy/podkeeper
     kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
-    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed cargo test --test it {{ARGS}}
+    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed PODKEEPER_TEST_IMAGES=kind cargo test --test it --features kind-e2e {{ARGS}}
 
 # Benchmarks (release build): see BENCHMARKS.md.
 bench *ARGS:

@@ -10,17 +10,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
-use podkeeper::replication::act::{self, PodRef, Round, Silence};
+use podkeeper::replication::act::{self, Memory, PodRef, Round};
 use podkeeper::replication::client::{Endpoint, Node, Timeouts};
 use podkeeper::replication::config;
 use podkeeper::replication::info::Role;
-use podkeeper::replication::topology::{RecordedPrimary, Settings};
+use podkeeper::replication::topology::{Member, RecordedPrimary, Settings};
 use podkeeper::replication::{ClientError, api::PrimaryStatus};
 use tokio::process::{Child, Command};
 
@@ -71,7 +71,28 @@ struct Server {
 }
 
 impl Server {
+    /// Starts a server on a free port (another port if the one picked was
+    /// taken in the meantime).
+    async fn start_anywhere(name: &str, password: Option<&str>) -> Server {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Server::try_start(name, free_port(), password).await {
+                Ok(s) => return s,
+                Err(log) => last = log,
+            }
+        }
+        panic!("{name} did not start on any of 5 free ports; last log:\n{last}");
+    }
+
+    /// Starts a server on `port` (a container restart keeps its port).
     async fn start(name: &str, port: u16, password: Option<&str>) -> Server {
+        Server::try_start(name, port, password)
+            .await
+            .unwrap_or_else(|log| panic!("{name} did not start on port {port}; log:\n{log}"))
+    }
+
+    /// The server once it answers PING, or its log if it exited.
+    async fn try_start(name: &str, port: u16, password: Option<&str>) -> Result<Server, String> {
         redis_server_installed();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("redis.log");
@@ -93,7 +114,7 @@ impl Server {
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", cmd[0]));
-        let server = Server {
+        let mut server = Server {
             name: name.into(),
             port,
             password: password.map(str::to_string),
@@ -106,12 +127,15 @@ impl Server {
             if let Ok(node) = server.node().await
                 && node.command::<String>(&redis::cmd("PING")).await.is_ok()
             {
-                return server;
+                return Ok(server);
+            }
+            let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+            if server.child.try_wait().unwrap().is_some() {
+                return Err(log);
             }
             assert!(
                 start.elapsed() < DEADLINE,
-                "{name} on port {port} did not answer PING; log: {}",
-                std::fs::read_to_string(&server.log).unwrap_or_default()
+                "{name} on port {port} did not answer PING; log:\n{log}"
             );
             tokio::time::sleep(POLL).await;
         }
@@ -159,7 +183,7 @@ impl Server {
 struct Set {
     servers: Vec<Server>,
     recorded: Option<RecordedPrimary>,
-    silence: Silence,
+    memory: Memory,
     retiring: BTreeSet<String>,
     password: Option<String>,
 }
@@ -169,12 +193,12 @@ impl Set {
         let mut servers = Vec::new();
         for i in 0..n {
             let name = format!("m{i}");
-            servers.push(Server::start(&name, free_port(), password).await);
+            servers.push(Server::start_anywhere(&name, password).await);
         }
         Set {
             servers,
             recorded: None,
-            silence: Silence::default(),
+            memory: Memory::default(),
             retiring: BTreeSet::new(),
             password: password.map(str::to_string),
         }
@@ -210,13 +234,14 @@ impl Set {
             &settings(),
             self.password.as_deref(),
             timeouts(),
-            &self.silence,
+            &self.memory,
             Timestamp::now(),
         )
         .await;
         if let Some(e) = &round.outcome.error {
             eprintln!("round: {e}");
         }
+        assert_at_most_one_acknowledging_primary(&round.members);
         self.recorded = round
             .primary
             .as_ref()
@@ -259,6 +284,29 @@ impl Set {
         }
         out
     }
+}
+
+/// The invariant checked at every round: at most one primary has a replica
+/// that says it is linked to it, so at most one can acknowledge a write
+/// with `WAIT 1`. (A primary that returns from a freeze is a primary with
+/// no replica until the next round fences it.)
+fn assert_at_most_one_acknowledging_primary(members: &[Member]) {
+    let linked: Vec<&str> = members
+        .iter()
+        .filter(|p| p.info().is_some_and(|i| i.role == Role::Primary))
+        .filter(|p| {
+            members.iter().any(|r| {
+                r.info().is_some_and(|i| {
+                    i.link_up && i.follows(p.ip.as_deref().unwrap_or_default(), p.port)
+                })
+            })
+        })
+        .map(|p| p.pod.as_str())
+        .collect();
+    assert!(
+        linked.len() <= 1,
+        "two primaries with linked replicas: {linked:?}"
+    );
 }
 
 /// Writes `key` and waits for `replicas` acknowledgements; true when
@@ -305,23 +353,50 @@ async fn three_servers_become_one_primary_and_two_linked_replicas() {
 /// A writer that records which keys `WAIT 1` acknowledged, and the longest
 /// gap between two acknowledged writes. It writes to the first endpoint
 /// until a write fails; then, with `follow`, it looks for the server that
-/// says it is primary (ROLE) and goes on there, retrying the same key, as a
-/// client behind the primary Service would; without `follow` it stops.
-fn spawn_writer(
-    endpoints: Vec<Endpoint>,
+/// says it is primary (ROLE) among the current endpoints and goes on there,
+/// retrying the same key, as a client behind the primary Service would;
+/// without `follow` it stops.
+struct Writer {
+    endpoints: Arc<Mutex<Vec<Endpoint>>>,
+    acked: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
-    progress: Arc<AtomicUsize>,
-    follow: bool,
-) -> tokio::task::JoinHandle<(Vec<String>, Duration)> {
-    tokio::spawn(async move {
-        let mut acked = Vec::new();
+    task: tokio::task::JoinHandle<Duration>,
+}
+
+impl Writer {
+    fn start(endpoints: Vec<Endpoint>, follow: bool) -> Writer {
+        let endpoints = Arc::new(Mutex::new(endpoints));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(Self::run(
+            endpoints.clone(),
+            acked.clone(),
+            stop.clone(),
+            follow,
+        ));
+        Writer {
+            endpoints,
+            acked,
+            stop,
+            task,
+        }
+    }
+
+    async fn run(
+        endpoints: Arc<Mutex<Vec<Endpoint>>>,
+        acked: Arc<Mutex<Vec<String>>>,
+        stop: Arc<AtomicBool>,
+        follow: bool,
+    ) -> Duration {
         let mut longest_pause = Duration::ZERO;
         let mut last_ok = Instant::now();
-        let mut node = Node::connect(&endpoints[0], timeouts()).await.ok();
+        let first = endpoints.lock().unwrap()[0].clone();
+        let mut node = Node::connect(&first, timeouts()).await.ok();
         let mut n = 0u64;
         while !stop.load(Ordering::SeqCst) {
             if node.is_none() {
-                for ep in &endpoints {
+                let current = endpoints.lock().unwrap().clone();
+                for ep in &current {
                     if let Ok(c) = Node::connect(ep, timeouts()).await
                         && c.role().await.ok() == Some(Role::Primary)
                     {
@@ -337,8 +412,7 @@ fn spawn_writer(
             let key = format!("w{n}");
             match write_acked(node.as_ref().unwrap(), &key, 1).await {
                 Ok(true) => {
-                    acked.push(key);
-                    progress.store(acked.len(), Ordering::SeqCst);
+                    acked.lock().unwrap().push(key);
                     n += 1;
                     longest_pause = longest_pause.max(last_ok.elapsed());
                     last_ok = Instant::now();
@@ -348,31 +422,66 @@ fn spawn_writer(
                 Err(_) => break,
             }
         }
-        (acked, longest_pause)
-    })
+        longest_pause
+    }
+
+    fn set_endpoints(&self, endpoints: Vec<Endpoint>) {
+        *self.endpoints.lock().unwrap() = endpoints;
+    }
+
+    fn acked(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    async fn wait_for(&self, n: usize) {
+        let start = Instant::now();
+        while self.acked() < n {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "the writer made no progress ({} acknowledged)",
+                self.acked()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops it; returns the acknowledged keys and the longest pause.
+    async fn finish(self) -> (Vec<String>, Duration) {
+        self.stop.store(true, Ordering::SeqCst);
+        let pause = self.task.await.unwrap();
+        let acked = self.acked.lock().unwrap().clone();
+        (acked, pause)
+    }
+}
+
+/// The acknowledged keys `server` does not have.
+async fn missing(server: &Server, keys: &[String]) -> Vec<String> {
+    let node = server.node().await.unwrap();
+    let mut out = Vec::new();
+    for chunk in keys.chunks(500) {
+        let values: Vec<Option<String>> =
+            node.command(redis::cmd("MGET").arg(chunk)).await.unwrap();
+        out.extend(
+            chunk
+                .iter()
+                .zip(values)
+                .filter(|(_, v)| v.is_none())
+                .map(|(k, _)| k.clone()),
+        );
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write() {
     let mut set = Set::start(3, None).await;
     let old = set.converge().await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = Arc::new(AtomicUsize::new(0));
-    let writer = spawn_writer(
-        vec![set.server(&old).endpoint()],
-        stop.clone(),
-        progress.clone(),
-        false,
-    );
+    let writer = Writer::start(vec![set.server(&old).endpoint()], false);
     // Let acknowledged writes accumulate, then kill the primary mid-stream.
-    let start = Instant::now();
-    while progress.load(Ordering::SeqCst) < 300 {
-        assert!(start.elapsed() < DEADLINE, "the writer made no progress");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    writer.wait_for(300).await;
     set.server_mut(&old).kill9().await;
     let killed = Instant::now();
-    let (acked, _) = writer.await.unwrap();
+    let (acked, _) = writer.finish().await;
     assert!(acked.len() >= 300, "{} acknowledged", acked.len());
 
     let round = set
@@ -392,13 +501,8 @@ async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write()
         killed.elapsed(),
         settings().failover_after
     );
-    let mut missing = Vec::new();
-    for k in &acked {
-        if set.server(&new).get(k).await.is_none() {
-            missing.push(k.clone());
-        }
-    }
-    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
+    let lost = missing(set.server(&new), &acked).await;
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 
     // The other replica follows the new primary and gets the data.
     set.servers.retain(|s| s.name != old);
@@ -414,16 +518,10 @@ async fn kill_9_of_the_primary_fails_over_without_losing_an_acknowledged_write()
 async fn a_switchover_loses_no_acknowledged_write() {
     let mut set = Set::start(3, None).await;
     let old = set.converge().await;
-    let stop = Arc::new(AtomicBool::new(false));
     let mut endpoints = vec![set.server(&old).endpoint()];
     endpoints.extend(set.servers.iter().map(Server::endpoint));
-    let progress = Arc::new(AtomicUsize::new(0));
-    let writer = spawn_writer(endpoints, stop.clone(), progress.clone(), true);
-    let start = Instant::now();
-    while progress.load(Ordering::SeqCst) < 200 {
-        assert!(start.elapsed() < DEADLINE, "the writer made no progress");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let writer = Writer::start(endpoints, true);
+    writer.wait_for(200).await;
 
     // The engine wants to replace the primary's Pod: hand it over first.
     set.retiring.insert(old.clone());
@@ -444,29 +542,15 @@ async fn a_switchover_loses_no_acknowledged_write() {
     assert!(round.plan.may_touch(&old));
     let new = round.plan.primary.unwrap();
     // Once the writer has gone on through the new primary, stop it.
-    let at_handover = progress.load(Ordering::SeqCst);
-    let start = Instant::now();
-    while progress.load(Ordering::SeqCst) < at_handover + 100 {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the writer did not follow the new primary"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    let (acked, longest_pause) = writer.await.unwrap();
+    writer.wait_for(writer.acked() + 100).await;
+    let (acked, longest_pause) = writer.finish().await;
     eprintln!(
         "switchover {old} -> {new}: {} acknowledged writes, longest pause {longest_pause:?}",
         acked.len()
     );
     assert_eq!(set.primaries().await, vec![new.clone()]);
-    let mut missing = Vec::new();
-    for k in &acked {
-        if set.server(&new).get(k).await.is_none() {
-            missing.push(k.clone());
-        }
-    }
-    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
+    let lost = missing(set.server(&new), &acked).await;
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     // The old primary is a replica of the new one, with the data.
     assert_eq!(set.server(&old).role().await, Some(Role::Replica));
     let last = acked.last().unwrap();
@@ -709,8 +793,7 @@ async fn a_deleted_primary_pod_is_replaced_at_once_and_its_successor_joins_as_a_
     // name and address, is created in its place.
     set.server_mut(&old).kill9().await;
     set.servers.retain(|s| s.name != old);
-    set.servers
-        .push(Server::start("m3", free_port(), None).await);
+    set.servers.push(Server::start_anywhere("m3", None).await);
     let round = set.round().await;
     assert_eq!(
         round.plan.cause,
@@ -757,5 +840,118 @@ async fn scaling_down_to_one_keeps_the_primary_and_every_key() {
             set.server(&primary).get(&k).await.as_deref(),
             Some(k.as_str())
         );
+    }
+}
+
+/// Faults one after another under a writer that follows the primary:
+/// container restarts (kill -9 and start again, empty) of the primary and of
+/// replicas, deletion of the primary's Pod (a new member takes its place),
+/// a frozen primary that returns, planned switchovers. After each, the set
+/// must converge; throughout, at most one primary has linked replicas; at
+/// the end, one primary, every member its linked replica, the member count
+/// unchanged, and every acknowledged write on every member.
+/// PODKEEPER_CHAOS_SEED and PODKEEPER_REPL_CHAOS_FAULTS (default 12) repeat
+/// or lengthen a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_keeps_one_primary_and_every_acknowledged_write() {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    let seed = std::env::var("PODKEEPER_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let faults: usize = std::env::var("PODKEEPER_REPL_CHAOS_FAULTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    eprintln!("replication chaos: PODKEEPER_CHAOS_SEED={seed}, {faults} faults");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let mut set = Set::start(3, None).await;
+    let mut primary = set.converge().await;
+    let writer = Writer::start(set.servers.iter().map(Server::endpoint).collect(), true);
+    writer.wait_for(50).await;
+    let mut next = set.servers.len();
+    let mut done = Vec::new();
+    for _ in 0..faults {
+        let replicas: Vec<String> = set
+            .servers
+            .iter()
+            .filter(|s| s.name != primary)
+            .map(|s| s.name.clone())
+            .collect();
+        let fault = rng.random_range(0..5);
+        match fault {
+            0 => {
+                let port = set.server(&primary).port;
+                set.server_mut(&primary).kill9().await;
+                *set.server_mut(&primary) = Server::start(&primary, port, None).await;
+                done.push(format!("restart primary {primary}"));
+            }
+            1 => {
+                let r = &replicas[rng.random_range(0..replicas.len())];
+                let port = set.server(r).port;
+                set.server_mut(r).kill9().await;
+                *set.server_mut(r) = Server::start(r, port, None).await;
+                done.push(format!("restart replica {r}"));
+            }
+            2 => {
+                set.server_mut(&primary).kill9().await;
+                set.servers.retain(|s| s.name != primary);
+                let name = format!("m{next}");
+                next += 1;
+                set.servers.push(Server::start_anywhere(&name, None).await);
+                done.push(format!("delete primary {primary}, add {name}"));
+            }
+            3 => {
+                set.server(&primary).signal("STOP");
+                let old = primary.clone();
+                set.until("failover from a frozen primary", |r| {
+                    r.primary.as_ref().is_some_and(|p| p.pod != old)
+                })
+                .await;
+                set.server(&primary).signal("CONT");
+                done.push(format!("freeze primary {primary}"));
+            }
+            _ => {
+                set.retiring.insert(primary.clone());
+                let old = primary.clone();
+                set.until("switchover", |r| {
+                    r.plan.primary.as_deref().is_some_and(|p| p != old) && r.plan.replicated
+                })
+                .await;
+                set.retiring.clear();
+                done.push(format!("switchover from {primary}"));
+            }
+        }
+        writer.set_endpoints(set.servers.iter().map(Server::endpoint).collect());
+        primary = set.converge().await;
+        writer.wait_for(writer.acked() + 20).await;
+    }
+    let (acked, longest_pause) = writer.finish().await;
+    primary = set.converge().await;
+    eprintln!(
+        "replication chaos: {} acknowledged writes, longest pause {longest_pause:?}, faults: {done:?}",
+        acked.len()
+    );
+    assert_eq!(set.servers.len(), 3);
+    assert_eq!(set.primaries().await, vec![primary.clone()]);
+    for s in &set.servers {
+        let start = Instant::now();
+        loop {
+            let lost = missing(s, &acked).await;
+            if lost.is_empty() {
+                break;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{}: {} acknowledged writes missing, e.g. {:?} (seed {seed}, faults {done:?})",
+                s.name,
+                lost.len(),
+                &lost[..lost.len().min(5)]
+            );
+            tokio::time::sleep(POLL).await;
+        }
     }
 }

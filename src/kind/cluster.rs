@@ -177,14 +177,21 @@ pub fn create(kind_bin: &Path, node_image: &str, opts: &UpOptions) -> Result<(),
             .map_err(|e| Error::io("writing the kind config".into(), e))?;
         std::fs::write(config.path(), kind_config(opts.workers))
             .map_err(|e| Error::io("writing the kind config".into(), e))?;
+        // kind would also merge its kubeconfig into ~/.kube/config (and
+        // switch the current context); it goes to a scratch file instead,
+        // and `up` writes the one to use.
+        let scratch_kubeconfig = config.path().with_extension("kubeconfig");
         let status = kind(kind_bin)
             .args([
                 "create", "cluster", "--name", &opts.name, "--image", node_image,
             ])
             .arg("--config")
             .arg(config.path())
+            .arg("--kubeconfig")
+            .arg(&scratch_kubeconfig)
             .status()
             .map_err(|e| Error::io("running kind create cluster".into(), e))?;
+        let _ = std::fs::remove_file(&scratch_kubeconfig);
         if !status.success() {
             return Err(Error::Step {
                 what: "kind create cluster".into(),

@@ -114,10 +114,19 @@ pub fn ensure_workload_images() -> Result<Vec<String>, Error> {
         "<html><body><h1>podkeeper.dev/httpd</h1><p>served by busybox httpd</p></body></html>\n";
     std::fs::write(&index, page).map_err(|e| Error::io("writing the httpd page".into(), e))?;
     let specs = [images::redis_image(), images::httpd_image(busybox, index)];
-    for spec in &specs {
+    let mut names = Vec::new();
+    for (spec, aliases) in specs.iter().zip([
+        versions::REDIS_ROLLOUT_IMAGES,
+        versions::HTTPD_ROLLOUT_IMAGES,
+    ]) {
         spec.ensure(&cache)?;
+        names.push(spec.name.clone());
+        for alias in aliases {
+            docker::output(&["tag", &spec.name, alias])?;
+            names.push(alias.to_string());
+        }
     }
-    Ok(specs.iter().map(|s| s.name.clone()).collect())
+    Ok(names)
 }
 
 /// Everything for a working cluster: the node image, the cluster (created

@@ -33,6 +33,20 @@ pub const NODE_IMAGE_REPOSITORY: &str = "podkeeper.dev/kind-node";
 pub const REDIS_IMAGE: &str = "podkeeper.dev/redis:7.0.15-debian";
 pub const HTTPD_IMAGE: &str = "podkeeper.dev/httpd:busybox-debian";
 
+/// Further tags of the same two images, for tests that roll out from one
+/// image to another (a rollout needs a different image name, not different
+/// contents). `podkeeper kind up` tags and loads them all.
+pub const REDIS_ROLLOUT_IMAGES: [&str; 3] = [
+    "podkeeper.dev/redis:7.0.15-debian-rollout-2",
+    "podkeeper.dev/redis:7.0.15-debian-rollout-3",
+    "podkeeper.dev/redis:7.0.15-debian-rollout-4",
+];
+pub const HTTPD_ROLLOUT_IMAGES: [&str; 3] = [
+    "podkeeper.dev/httpd:busybox-debian-rollout-2",
+    "podkeeper.dev/httpd:busybox-debian-rollout-3",
+    "podkeeper.dev/httpd:busybox-debian-rollout-4",
+];
+
 /// The etcd image tag (kubeadm's form, `<version>-0`).
 pub fn etcd_tag() -> String {
     format!("{ETCD}-0")

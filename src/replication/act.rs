@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
@@ -26,17 +27,20 @@ pub struct PodRef {
     pub retiring: bool,
 }
 
-/// Since when each member has been silent. Keep one per Redis object, for
-/// the life of the operator; a restarted operator starts the clock again
-/// (so failover takes at most `failover_after` longer, never less).
+/// What the operator remembers about one Redis between reconciles: since
+/// when each member has been silent, and when a switchover was last sent
+/// from each primary. Keep one per Redis object for the life of the
+/// operator; a restarted operator starts afresh (so a failover takes at
+/// most `failover_after` longer, never less).
 #[derive(Debug, Default)]
-pub struct Silence {
-    since: Mutex<HashMap<String, Timestamp>>,
+pub struct Memory {
+    silent_since: Mutex<HashMap<String, Timestamp>>,
+    switchover_sent: Mutex<HashMap<String, Timestamp>>,
 }
 
-impl Silence {
+impl Memory {
     fn note(&self, pod: &str, answered: bool, now: Timestamp) -> Option<Timestamp> {
-        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut since = self.silent_since.lock().unwrap_or_else(|e| e.into_inner());
         if answered {
             since.remove(pod);
             None
@@ -46,8 +50,63 @@ impl Silence {
     }
 
     fn retain(&self, pods: &[PodRef]) {
-        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-        since.retain(|p, _| pods.iter().any(|r| &r.pod == p));
+        let keep = |p: &String| pods.iter().any(|r| &r.pod == p);
+        let mut since = self.silent_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.retain(|p, _| keep(p));
+        let mut sent = self
+            .switchover_sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sent.retain(|p, _| keep(p));
+    }
+
+    fn switchover_sent(&self, from: &str) -> Option<Timestamp> {
+        let sent = self
+            .switchover_sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sent.get(from).copied()
+    }
+
+    fn note_switchover(&self, from: &str, now: Timestamp) {
+        let mut sent = self
+            .switchover_sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sent.insert(from.to_string(), now);
+    }
+}
+
+/// How long after a switchover from a primary another one may be sent from
+/// it: one that aborted (the target did not catch up within its timeout)
+/// paused writes for that long, and is not repeated at once.
+pub fn switchover_cooldown(settings: &Settings) -> Duration {
+    (settings.switchover_timeout * 2).max(Duration::from_secs(5))
+}
+
+/// Holds back a switchover from a primary that was sent one less than
+/// `cooldown` ago; the plan then waits.
+pub fn defer_repeated_switchover(
+    plan: &mut Plan,
+    last_sent: Option<Timestamp>,
+    now: Timestamp,
+    cooldown: Duration,
+) {
+    let Some(last) = last_sent else { return };
+    if !plan
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::Switchover { .. }))
+    {
+        return;
+    }
+    let until = last.checked_add(cooldown).unwrap_or(last);
+    if now < until {
+        plan.actions.clear();
+        plan.waiting = Some(Waiting::SwitchoverCoolingDown { until });
+        plan.requeue_after = Duration::try_from(until.duration_since(now))
+            .unwrap_or(topology::CONVERGE_PERIOD)
+            .max(Duration::from_millis(100));
     }
 }
 
@@ -58,10 +117,10 @@ pub async fn observe(
     pods: &[PodRef],
     password: Option<&str>,
     timeouts: Timeouts,
-    silence: &Silence,
+    memory: &Memory,
     now: Timestamp,
 ) -> (Vec<Member>, Vec<(String, ClientError)>) {
-    silence.retain(pods);
+    memory.retain(pods);
     let answers = join_all(pods.iter().map(|p| async move {
         match &p.ip {
             None => None,
@@ -80,14 +139,14 @@ pub async fn observe(
     for (p, answer) in pods.iter().zip(answers) {
         let observed = match answer {
             Some(Ok(info)) => {
-                silence.note(&p.pod, true, now);
+                memory.note(&p.pod, true, now);
                 Observed::Info(info)
             }
             other => {
                 if let Some(Err(e)) = other {
                     errors.push((p.pod.clone(), e));
                 }
-                let since = silence.note(&p.pod, false, now).unwrap_or(now);
+                let since = memory.note(&p.pod, false, now).unwrap_or(now);
                 Observed::Unreachable { since }
             }
         };
@@ -318,6 +377,11 @@ pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static s
             "NoPrimary",
             "no member that holds the data answers; waiting rather than start empty".into(),
         ),
+        Some(Waiting::SwitchoverCoolingDown { until }) => (
+            false,
+            "SwitchoverDeferred",
+            format!("the last switchover did not complete; the next is sent at {until}"),
+        ),
         Some(Waiting::NoSwitchoverTarget) => (
             false,
             "NoSwitchoverTarget",
@@ -368,11 +432,21 @@ pub async fn reconcile(
     settings: &Settings,
     password: Option<&str>,
     timeouts: Timeouts,
-    silence: &Silence,
+    memory: &Memory,
     now: Timestamp,
 ) -> Round {
-    let (members, silent) = observe(pods, password, timeouts, silence, now).await;
-    let plan = topology::plan(&members, recorded, settings, now);
+    let (members, silent) = observe(pods, password, timeouts, memory, now).await;
+    let mut plan = topology::plan(&members, recorded, settings, now);
+    if let Some(from) = plan.actions.iter().find_map(|a| match a {
+        Action::Switchover { from, .. } => Some(from.clone()),
+        _ => None,
+    }) {
+        let last = memory.switchover_sent(&from);
+        defer_repeated_switchover(&mut plan, last, now, switchover_cooldown(settings));
+        if !plan.actions.is_empty() {
+            memory.note_switchover(&from, now);
+        }
+    }
     let outcome = execute(&plan, password, timeouts).await;
     let primary = record(&plan, &outcome, recorded);
     Round {
@@ -388,7 +462,6 @@ pub async fn reconcile(
 mod tests {
     use super::*;
     use crate::replication::info::{ConnectedReplica, ReplicationInfo};
-    use std::time::Duration;
 
     fn info(role: Role, offset: i64) -> ReplicationInfo {
         ReplicationInfo {
@@ -528,7 +601,7 @@ mod tests {
 
     #[test]
     fn silence_is_counted_from_the_first_miss_and_forgotten_on_an_answer() {
-        let s = Silence::default();
+        let s = Memory::default();
         let t0 = Timestamp::from_second(100).unwrap();
         let t1 = Timestamp::from_second(105).unwrap();
         assert_eq!(s.note("a", false, t0), Some(t0));
@@ -541,5 +614,47 @@ mod tests {
             Some(t0),
             "forgotten once the Pod is gone"
         );
+    }
+
+    #[test]
+    fn a_switchover_is_not_repeated_within_the_cooldown() {
+        let t0 = Timestamp::from_second(100).unwrap();
+        let switchover = || Plan {
+            primary: Some("a".into()),
+            actions: vec![Action::Switchover {
+                from: "a".into(),
+                from_ip: "10.0.0.1".into(),
+                from_port: 6379,
+                to: "b".into(),
+                to_ip: "10.0.0.2".into(),
+                to_port: 6379,
+                timeout: Duration::from_secs(10),
+            }],
+            ..promote_plan()
+        };
+        let cooldown = Duration::from_secs(20);
+        let mut first = switchover();
+        defer_repeated_switchover(&mut first, None, t0, cooldown);
+        assert_eq!(first.actions.len(), 1, "the first one goes");
+        let mut again = switchover();
+        let t5 = Timestamp::from_second(105).unwrap();
+        defer_repeated_switchover(&mut again, Some(t0), t5, cooldown);
+        assert!(again.actions.is_empty());
+        assert_eq!(
+            again.waiting,
+            Some(Waiting::SwitchoverCoolingDown {
+                until: Timestamp::from_second(120).unwrap()
+            })
+        );
+        assert_eq!(again.requeue_after, Duration::from_secs(15));
+        let mut later = switchover();
+        let t20 = Timestamp::from_second(120).unwrap();
+        defer_repeated_switchover(&mut later, Some(t0), t20, cooldown);
+        assert_eq!(later.actions.len(), 1);
+        let settings = Settings {
+            failover_after: Duration::from_secs(5),
+            switchover_timeout: Duration::from_secs(1),
+        };
+        assert_eq!(switchover_cooldown(&settings), Duration::from_secs(5));
     }
 }

@@ -12,6 +12,8 @@
 //! - [`config`]: validating `spec.config` and rendering redis-server's
 //!   arguments.
 //! - [`api`]: the proposed CRD fields, as plain Rust types.
+//! - [`objects`]: the Services, role label patch, password variable and
+//!   spreading constraints, built from plain values.
 //!
 //! # Design
 //!
@@ -77,6 +79,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod info;
+pub mod objects;
 pub mod topology;
 
 pub use error::{ActionError, ClientError, ConfigError, InfoError};

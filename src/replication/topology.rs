@@ -19,7 +19,8 @@
 //!    whose `master_replid` is the restarted primary's (it resynced from the
 //!    empty dataset). Only when no member can hold data (a new Redis, or all
 //!    data gone) is such a member promoted; while a member with an address
-//!    does not answer, the planner waits instead.
+//!    does not answer (and something was recorded), the planner waits
+//!    instead.
 //! 4. Every other member that is primary is fenced (made a replica of the
 //!    primary) before the new primary is promoted; replicas that follow any
 //!    other address are repointed after.
@@ -173,6 +174,9 @@ pub enum Waiting {
     /// The primary must be handed over but no replica is linked, caught up
     /// and ready.
     NoSwitchoverTarget,
+    /// A switchover from this primary was sent recently and did not
+    /// complete; the next may go at `until` (set by `act`, which remembers).
+    SwitchoverCoolingDown { until: Timestamp },
     /// There are no members.
     NoMembers,
 }
@@ -308,11 +312,16 @@ fn current<'a>(
     }
 }
 
+/// A member that answered, with what it said.
+type Candidate<'a> = (&'a Member, &'a ReplicationInfo);
+
 /// Ranks a candidate: higher is better. Without a record, a member that
 /// already is primary goes first (status was lost; keep what runs);
 /// otherwise the highest offset does.
-fn rank(m: &Member, prefer_primaries: bool) -> (bool, i64, bool, bool, bool, Reverse<&str>) {
-    let i = m.info().expect("candidates have info");
+fn rank<'a>(
+    (m, i): Candidate<'a>,
+    prefer_primaries: bool,
+) -> (bool, i64, bool, bool, bool, Reverse<&'a str>) {
     let is_primary = i.role == Role::Primary;
     (
         prefer_primaries && is_primary,
@@ -334,27 +343,27 @@ fn elect<'a>(
 ) -> Option<&'a Member> {
     let prefer_primaries = cause == Cause::NoRecord;
     let restarted = cause == Cause::PrimaryRestarted;
-    let best = |c: &[&'a Member]| {
+    let best = |c: &[Candidate<'a>]| {
         c.iter()
             .copied()
-            .max_by(|a, b| rank(a, prefer_primaries).cmp(&rank(b, prefer_primaries)))
+            .max_by(|a, b| rank(*a, prefer_primaries).cmp(&rank(*b, prefer_primaries)))
+            .map(|(m, _)| m)
     };
-    let alive: Vec<&Member> = members
+    let alive: Vec<Candidate> = members
         .iter()
-        .filter(|m| !m.deleting && m.info().is_some())
+        .filter(|m| !m.deleting)
+        .filter_map(|m| m.info().map(|i| (m, i)))
         .collect();
-    let empty = |m: &Member| {
-        let i = m.info().expect("filtered");
+    let empty = |(m, i): Candidate| {
         follows_placeholder(i)
             || (restarted && excluded == Some(m.pod.as_str()))
             || tainted_replid.is_some_and(|t| i.master_replid == t)
     };
-    let holders: Vec<&Member> = alive
+    let holders: Vec<Candidate> = alive
         .iter()
         .copied()
-        .filter(|m| excluded != Some(m.pod.as_str()))
-        .filter(|m| !m.info().expect("filtered").sync_in_progress)
-        .filter(|m| !empty(m))
+        .filter(|(m, i)| excluded != Some(m.pod.as_str()) && !i.sync_in_progress)
+        .filter(|c| !empty(*c))
         .collect();
     if !holders.is_empty() {
         return best(&holders);

@@ -13,6 +13,7 @@ use podkeeper::crd::Application;
 use serde_json::{Value, json};
 
 use crate::bounds::Recorder;
+use crate::harness::image;
 use crate::harness::{
     PodDelays, TestEnv, current_rv, follow_owned_pods, is_ready, owned_by, wait_for, watch_from,
 };
@@ -135,10 +136,14 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
     let env = TestEnv::new("app-seed").await;
     let mut op = env.start_operator();
     let path = crate::harness::logs_dir().join(format!("{}-seed.yaml", env.namespace));
-    std::fs::write(&path, SEED_SAMPLE).unwrap();
+    std::fs::write(
+        &path,
+        SEED_SAMPLE.replace("nginx:1.14.2", &image("nginx:1.14.2")),
+    )
+    .unwrap();
     let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
-    let (a, pods) = converged(&env, "nginx-sample", 1, "nginx:1.14.2").await;
+    let (a, pods) = converged(&env, "nginx-sample", 1, &image("nginx:1.14.2")).await;
     // Without template labels, the Pods get the selector's matchLabels.
     assert_eq!(pods[0].labels()["app"], "nginx");
     assert_eq!(
@@ -187,7 +192,8 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
         env!("CARGO_MANIFEST_DIR"),
         "/samples/application.yaml"
     ))
-    .unwrap();
+    .unwrap()
+    .replace("nginx:1.14.2", &image("nginx:1.14.2"));
     let labelled = sample
         .replace(
             "namespace: default",
@@ -201,7 +207,7 @@ async fn the_seed_sample_runs_on_bare_pods_with_a_service() {
     let (ok, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
     let (_, pods) = wait_for("a Pod with the template's labels", TIMEOUT, || async {
-        let (a, pods) = converged(&env, "nginx-sample", 1, "nginx:1.14.2").await;
+        let (a, pods) = converged(&env, "nginx-sample", 1, &image("nginx:1.14.2")).await;
         pods.iter()
             .all(|p| p.labels().get("tier").map(String::as_str) == Some("frontend"))
             .then_some((a, pods))
@@ -269,14 +275,14 @@ async fn a_rolling_update_stays_within_max_surge_and_max_unavailable() {
     let strategy = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}}});
     apps.create(
         &PostParams::default(),
-        &application("roll", nginx(6, "nginx:1.26", strategy), None),
+        &application("roll", nginx(6, &image("nginx:1.26"), strategy), None),
     )
     .await
     .unwrap();
-    converged(&env, "roll", 6, "nginx:1.26").await;
+    converged(&env, "roll", 6, &image("nginx:1.26")).await;
     let recorder = Recorder::start(&env).await;
-    set_image(&env, "roll", "nginx:1.27").await;
-    converged(&env, "roll", 6, "nginx:1.27").await;
+    set_image(&env, "roll", &image("nginx:1.27")).await;
+    converged(&env, "roll", 6, &image("nginx:1.27")).await;
     // maxSurge 25% of 6 rounds up to 2; maxUnavailable is 1: at most 8
     // live Pods and at least 5 Ready ones at every Pod event.
     let report = recorder.check();
@@ -314,16 +320,20 @@ async fn recreate_removes_every_old_pod_before_creating_new_ones() {
         &PostParams::default(),
         &application(
             "rec",
-            nginx(3, "nginx:1.26", json!({"strategy": {"type": "Recreate"}})),
+            nginx(
+                3,
+                &image("nginx:1.26"),
+                json!({"strategy": {"type": "Recreate"}}),
+            ),
             None,
         ),
     )
     .await
     .unwrap();
-    converged(&env, "rec", 3, "nginx:1.26").await;
+    converged(&env, "rec", 3, &image("nginx:1.26")).await;
     let recorder = Recorder::start(&env).await;
-    set_image(&env, "rec", "nginx:1.27").await;
-    converged(&env, "rec", 3, "nginx:1.27").await;
+    set_image(&env, "rec", &image("nginx:1.27")).await;
+    converged(&env, "rec", 3, &image("nginx:1.27")).await;
     // No new Pod while an old one exists, terminating ones included.
     let report = recorder.check();
     report.assert_held("Recreate");
@@ -343,12 +353,16 @@ async fn paused_holds_the_rollout_until_resumed() {
     let apps: Api<Application> = env.api();
     apps.create(
         &PostParams::default(),
-        &application("p", nginx(2, "nginx:1.26", json!({"paused": true})), None),
+        &application(
+            "p",
+            nginx(2, &image("nginx:1.26"), json!({"paused": true})),
+            None,
+        ),
     )
     .await
     .unwrap();
-    converged(&env, "p", 2, "nginx:1.26").await;
-    set_image(&env, "p", "nginx:1.27").await;
+    converged(&env, "p", 2, &image("nginx:1.26")).await;
+    set_image(&env, "p", &image("nginx:1.27")).await;
     // The new generation is observed, and nothing was replaced.
     let a = wait_for("the paused generation to be observed", TIMEOUT, || async {
         let a = apps.get("p").await.ok()?;
@@ -369,7 +383,7 @@ async fn paused_holds_the_rollout_until_resumed() {
     )
     .await
     .unwrap();
-    converged(&env, "p", 2, "nginx:1.27").await;
+    converged(&env, "p", 2, &image("nginx:1.27")).await;
     op.assert_running();
 }
 
@@ -382,7 +396,7 @@ async fn min_ready_seconds_governs_availability_and_the_deadline_is_reported() {
         &PostParams::default(),
         &application(
             "slow",
-            nginx(2, "nginx:1.26", json!({"minReadySeconds": 4})),
+            nginx(2, &image("nginx:1.26"), json!({"minReadySeconds": 4})),
             None,
         ),
     )
@@ -398,10 +412,14 @@ async fn min_ready_seconds_governs_availability_and_the_deadline_is_reported() {
         Some(0),
         "ready Pods are not available before minReadySeconds"
     );
-    converged(&env, "slow", 2, "nginx:1.26").await;
+    converged(&env, "slow", 2, &image("nginx:1.26")).await;
 
     // Pods that can never be scheduled make no progress.
-    let stuck = nginx(1, "nginx:1.26", json!({"progressDeadlineSeconds": 3}));
+    let stuck = nginx(
+        1,
+        &image("nginx:1.26"),
+        json!({"progressDeadlineSeconds": 3}),
+    );
     let mut app = application("stuck", stuck, None);
     app.spec
         .deployment
@@ -430,7 +448,11 @@ async fn the_service_follows_the_spec_corrects_drift_and_keeps_allocations() {
         json!({"type": "NodePort", "ports": [{"name": "http", "port": 80, "targetPort": 80}]});
     apps.create(
         &PostParams::default(),
-        &application("svc", nginx(1, "nginx:1.26", json!({})), Some(service)),
+        &application(
+            "svc",
+            nginx(1, &image("nginx:1.26"), json!({})),
+            Some(service),
+        ),
     )
     .await
     .unwrap();
@@ -517,13 +539,13 @@ async fn cleanup_deletes_the_service_then_the_pods_and_the_application_last() {
         &PostParams::default(),
         &application(
             "bye",
-            nginx(3, "nginx:1.26", json!({})),
+            nginx(3, &image("nginx:1.26"), json!({})),
             Some(json!({"ports": [{"port": 80}]})),
         ),
     )
     .await
     .unwrap();
-    converged(&env, "bye", 3, "nginx:1.26").await;
+    converged(&env, "bye", 3, &image("nginx:1.26")).await;
     let services: Api<Service> = env.api();
     wait_for("the Service", TIMEOUT, || async {
         services.get_opt("bye").await.ok().flatten()
@@ -662,14 +684,14 @@ async fn kubectl_scale_works_on_an_application() {
     let apps: Api<Application> = env.api();
     apps.create(
         &PostParams::default(),
-        &application("sc", nginx(1, "nginx:1.26", json!({})), None),
+        &application("sc", nginx(1, &image("nginx:1.26"), json!({})), None),
     )
     .await
     .unwrap();
-    converged(&env, "sc", 1, "nginx:1.26").await;
+    converged(&env, "sc", 1, &image("nginx:1.26")).await;
     let (ok, out, err) = env.kubectl(&["scale", "application/sc", "--replicas=4"]);
     assert!(ok, "{out}{err}");
-    converged(&env, "sc", 4, "nginx:1.26").await;
+    converged(&env, "sc", 4, &image("nginx:1.26")).await;
     let (ok, out, _) = env.kubectl(&["get", "app", "sc"]);
     assert!(ok);
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
@@ -686,17 +708,17 @@ async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
     let strategy = json!({"strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}});
     apps.create(
         &PostParams::default(),
-        &application("k", nginx(6, "nginx:1.26", strategy), None),
+        &application("k", nginx(6, &image("nginx:1.26"), strategy), None),
     )
     .await
     .unwrap();
-    let (a, _) = converged(&env, "k", 6, "nginx:1.26").await;
+    let (a, _) = converged(&env, "k", 6, &image("nginx:1.26")).await;
     let recorder = Recorder::start(&env).await;
     let (mut events, mut kills) = (0u32, 0u32);
     follow_owned_pods(
         &env,
         &a.uid().unwrap(),
-        |s| all_on(s, 6, "nginx:1.27"),
+        |s| all_on(s, 6, &image("nginx:1.27")),
         |_| {
             events += 1;
             // SIGKILL and restart on every fourth Pod event, mid-rollout.
@@ -705,11 +727,11 @@ async fn a_rollout_survives_the_operator_being_killed_repeatedly() {
                 kills += 1;
             }
         },
-        set_image(&env, "k", "nginx:1.27"),
+        set_image(&env, "k", &image("nginx:1.27")),
     )
     .await;
     assert!(kills >= 2, "the operator was killed {kills} times");
-    converged(&env, "k", 6, "nginx:1.27").await;
+    converged(&env, "k", 6, &image("nginx:1.27")).await;
     // At most 6 + 1 live Pods and at least 6 - 1 Ready ones at every event.
     let report = recorder.check();
     report.assert_held(&format!("rollout with {kills} operator kills"));

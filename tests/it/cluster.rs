@@ -11,9 +11,14 @@ use kube::{Api, Client, Config, ResourceExt};
 
 use serde_json::{Value, json};
 
+use crate::harness::image;
 use crate::harness::{PodDelays, TestEnv, current_rv, is_ready, kubeconfig, wait_for, watch_from};
 
 #[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it checks the kwok nodes of the local control plane"
+)]
 async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
     let env = TestEnv::new("cluster-pod").await;
     let pods: Api<Pod> = env.api();
@@ -25,7 +30,7 @@ async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "web".into(),
-                image: Some("nginx:1.27".into()),
+                image: Some(image("nginx:1.27")),
                 ..Default::default()
             }],
             ..Default::default()
@@ -166,6 +171,10 @@ struct Timeline {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: the delays are kwok stages of the local control plane"
+)]
 async fn pods_take_their_namespaces_delays_to_become_ready_and_to_go() {
     use futures::TryStreamExt;
     use kube::api::WatchEvent;

@@ -175,13 +175,39 @@ pub async fn admin_client() -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// How long to wait for what takes `local` on the local control plane. Real
+/// containers (on kind) are slower than kwok's Pods: images are unpacked,
+/// probes run, processes start and stop, so waits there are three times as
+/// long.
+pub fn patience(local: Duration) -> Duration {
+    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() == Ok("kind") {
+        local * 3
+    } else {
+        local
+    }
+}
+
+/// Serialises what disrupts the deployed operator (see
+/// [`hold_deployed_operator`]).
+static DEPLOYED_OPERATOR: Mutex<()> = Mutex::new(());
+
+/// Held by a test that needs the deployed operator's Pods undisturbed (the
+/// failover test follows one leader's Pod): while it is held, "killing" the
+/// deployed operator waits.
+pub fn hold_deployed_operator() -> std::sync::MutexGuard<'static, ()> {
+    DEPLOYED_OPERATOR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after
-/// `timeout` with `what`.
+/// `timeout` (see [`patience`]) with `what`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    let timeout = patience(timeout);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
@@ -495,6 +521,7 @@ impl Operator {
     /// its Pods).
     pub fn kill(&mut self) {
         if self.deployed() {
+            drop(hold_deployed_operator());
             let (ok, out, err) = kubectl(&[
                 "delete",
                 "pod",
@@ -587,6 +614,42 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The image to run where a test names an upstream image. kwok runs no
+/// containers, so locally the name is all that matters and is kept. On kind
+/// (`just e2e` sets PODKEEPER_TEST_IMAGES=kind) nothing can be pulled: each
+/// upstream Redis or nginx image maps to a tag of podkeeper's own Redis or
+/// httpd image loaded there, a different tag for each different upstream
+/// image, so that image changes still roll out.
+pub fn image(upstream: &str) -> String {
+    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() != Ok("kind") {
+        return upstream.to_string();
+    }
+    use podkeeper::kind::versions::{
+        HTTPD_IMAGE, HTTPD_ROLLOUT_IMAGES, REDIS_IMAGE, REDIS_ROLLOUT_IMAGES,
+    };
+    let (first, rest, order): (&str, [&str; 3], [&str; 4]) = if upstream.starts_with("redis") {
+        (
+            REDIS_IMAGE,
+            REDIS_ROLLOUT_IMAGES,
+            ["redis:7.4.2", "redis:7.4.3", "redis:7.4.1", "redis:7.2.5"],
+        )
+    } else if upstream.starts_with("nginx") {
+        (
+            HTTPD_IMAGE,
+            HTTPD_ROLLOUT_IMAGES,
+            ["nginx:1.14.2", "nginx:1.26", "nginx:1.27", "nginx:1.25"],
+        )
+    } else {
+        panic!("no image on kind stands in for {upstream}");
+    };
+    match order.iter().position(|o| *o == upstream) {
+        Some(0) => first.to_string(),
+        Some(i) => rest[i - 1].to_string(),
+        None if !upstream.contains(':') => first.to_string(),
+        None => panic!("no image on kind stands in for {upstream}"),
     }
 }
 
@@ -691,7 +754,7 @@ pub async fn follow_owned_pods(
         .collect();
     let mut stream = watch_from(&pods, &rv).await;
     start.await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let deadline = tokio::time::Instant::now() + patience(Duration::from_secs(90));
     while !until(&state) {
         let ev = tokio::time::timeout_at(deadline, stream.try_next())
             .await

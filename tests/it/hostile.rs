@@ -11,6 +11,7 @@ use kube::api::{ListParams, PostParams};
 use podkeeper::crd::{Application, Redis};
 use serde_json::{Value, json};
 
+use crate::harness::image;
 use crate::harness::{TestEnv, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -33,7 +34,7 @@ fn deployment(labels: Value, selector: Value, containers: Value) -> Value {
 }
 
 fn web() -> Value {
-    json!([{"name": "c", "image": "nginx:1.27"}])
+    json!([{"name": "c", "image": &image("nginx:1.27")}])
 }
 
 /// Cases the API server must refuse, with a part of the message it gives.
@@ -209,7 +210,11 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
     redises
         .create(
             &PostParams::default(),
-            &serde_json::from_value(redis("bystander", json!({"replicas": 2}))).unwrap(),
+            &serde_json::from_value(redis(
+                "bystander",
+                json!({"replicas": 2, "image": image("redis:7.4.2")}),
+            ))
+            .unwrap(),
         )
         .await
         .unwrap();

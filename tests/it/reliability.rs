@@ -26,6 +26,7 @@ use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::bounds::Recorder;
+use crate::harness::image;
 use crate::harness::{Operator, PodDelays, TestEnv, is_ready};
 use crate::leader::{campaigning, election, leader_of, refs};
 
@@ -299,13 +300,13 @@ impl Chaos {
     async fn create(&mut self, env: &TestEnv, name: &str) -> bool {
         let replicas = self.rng.random_range(0..=4);
         let result = if name.starts_with("redis") {
-            let image = REDIS_IMAGES[self.rng.random_range(0..REDIS_IMAGES.len())];
+            let image = &image(REDIS_IMAGES[self.rng.random_range(0..REDIS_IMAGES.len())]);
             env.api::<Redis>()
                 .create(&PostParams::default(), &redis_object(name, replicas, image))
                 .await
                 .map(|_| ())
         } else {
-            let image = APP_IMAGES[self.rng.random_range(0..APP_IMAGES.len())];
+            let image = &image(APP_IMAGES[self.rng.random_range(0..APP_IMAGES.len())]);
             let service = self.rng.random_bool(0.5);
             env.api::<Application>()
                 .create(
@@ -387,10 +388,10 @@ impl Chaos {
             }
             65..85 => {
                 let patch = if redis {
-                    let image = REDIS_IMAGES[self.rng.random_range(0..REDIS_IMAGES.len())];
+                    let image = &image(REDIS_IMAGES[self.rng.random_range(0..REDIS_IMAGES.len())]);
                     json!({"spec": {"image": image}})
                 } else {
-                    let image = APP_IMAGES[self.rng.random_range(0..APP_IMAGES.len())];
+                    let image = &image(APP_IMAGES[self.rng.random_range(0..APP_IMAGES.len())]);
                     json!({"spec": {"deployment": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}}})
                 };
                 self.patch(env, &name, patch).await;
@@ -569,7 +570,7 @@ async fn the_operator_rides_out_an_apiserver_restart_without_restarting() {
         redis
             .create(
                 &PostParams::default(),
-                &redis_object(&format!("r{i}"), 2, REDIS_IMAGES[0]),
+                &redis_object(&format!("r{i}"), 2, &image(REDIS_IMAGES[0])),
             )
             .await
             .unwrap();
@@ -599,7 +600,7 @@ async fn the_operator_rides_out_an_apiserver_restart_without_restarting() {
         .patch(
             "r1",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"image": REDIS_IMAGES[1]}})),
+            &Patch::Merge(json!({"spec": {"image": image(REDIS_IMAGES[1])}})),
         )
         .await
         .unwrap();
@@ -629,7 +630,7 @@ async fn concurrent_user_edits_during_reconciles_are_never_lost() {
     redis
         .create(
             &PostParams::default(),
-            &redis_object("c", 1, REDIS_IMAGES[0]),
+            &redis_object("c", 1, &image(REDIS_IMAGES[0])),
         )
         .await
         .unwrap();
