@@ -270,7 +270,7 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
                 && s.values().all(|p| {
                     is_ready(p)
                         && p.spec.as_ref().unwrap().containers[0].image.as_deref()
-                            == Some("redis:7.4.3")
+                            == Some(image("redis:7.4.3").as_str())
                 })
         },
         |s| {
