@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
 use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
@@ -251,6 +251,15 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
     let env = TestEnv::new("kind-operator").await;
     let client = env.client.clone();
 
+    // Two replicas, as deployed (a run stopped mid-test may have left one).
+    let (ok, _, err) = kubectl(&[
+        "scale",
+        "deployment/podkeeper",
+        "-n",
+        OPERATOR_NS,
+        "--replicas=2",
+    ]);
+    assert!(ok, "{err}");
     // Both replicas Ready: their readiness probe is /readyz.
     let pods = wait_for("two Ready operator Pods", TIMEOUT, || async {
         let pods = operator_pods(&client).await;
@@ -289,13 +298,44 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         .find(|n| *n != leader)
         .unwrap();
 
+    // Delete the leader's Pod so that no replacement races the standby for
+    // the Lease: the Deployment scales to one replica, and the lowest
+    // pod-deletion-cost makes the leader's Pod the one removed.
     let lease: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NS);
     assert!(lease.get("podkeeper-leader").await.is_ok());
+    for (pod, cost) in [(&leader, "-100"), (&standby, "100")] {
+        let (ok, _, err) = kubectl(&[
+            "annotate",
+            "pod",
+            "-n",
+            OPERATOR_NS,
+            pod,
+            "--overwrite",
+            &format!("controller.kubernetes.io/pod-deletion-cost={cost}"),
+        ]);
+        assert!(ok, "{err}");
+    }
+    let scale = |replicas: &str| {
+        let (ok, _, err) = kubectl(&[
+            "scale",
+            "deployment/podkeeper",
+            "-n",
+            OPERATOR_NS,
+            &format!("--replicas={replicas}"),
+        ]);
+        assert!(ok, "{err}");
+    };
+    scale("1");
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
-    pods_api
-        .delete(&leader, &DeleteParams::default())
-        .await
-        .unwrap();
+    wait_for("the leader's Pod to go", TIMEOUT, || async {
+        pods_api
+            .get_opt(&leader)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let new_leader = wait_for("the standby to lead", TIMEOUT, || async {
         leader_pod().filter(|l| *l != leader)
     })
@@ -314,6 +354,7 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         ok && out.contains("became the leader"),
         "standby log: {out}"
     );
+    scale("2");
     let metrics = scrape(&standby);
     assert!(
         metrics.contains(
