@@ -190,9 +190,13 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         }]),
         ..Default::default()
     };
+    // Every member starts as a replica (of the placeholder); the operator
+    // moves the label of the one it makes primary.
+    let mut labels = selector_labels(&redis.name_any());
+    labels.insert(ROLE_LABEL.into(), "replica".into());
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(selector_labels(&redis.name_any())),
+            labels: Some(labels),
             ..Default::default()
         }),
         spec: Some(pod_spec),

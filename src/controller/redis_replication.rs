@@ -34,6 +34,9 @@ use crate::replication::api::ROLE_LABEL;
 use crate::replication::client::Timeouts;
 use crate::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 
+/// How often to look again while no member answers at all.
+pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
+
 /// What the status shows of replication.
 #[derive(Clone, Debug, Default)]
 pub struct Replication {
@@ -336,11 +339,13 @@ impl Extras<Redis> for ReplicationExtras {
 
         let condition = act::replicated_condition(&round.plan, &round.outcome);
         // Nothing answers at all (no container yet, or no Redis behind the
-        // Pod IPs): Pod events bring the next reconcile; look less often.
+        // Pod IPs, as on kwok): nothing can be done until something does,
+        // and the Pod events of a container that starts or restarts bring
+        // the next reconcile; look less often.
         let nobody = round.members.iter().all(|m| m.info().is_none());
         let mut requeue = round.plan.requeue_after;
         if nobody && !round.members.is_empty() {
-            requeue = requeue.max(Duration::from_secs(5));
+            requeue = requeue.max(SILENT_PERIOD);
         }
         let members = act::member_statuses(&round.members, primary.as_deref());
         Replication {
