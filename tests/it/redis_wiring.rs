@@ -234,7 +234,7 @@ async fn auth_config_and_failover_are_validated() {
 
     // What CEL does not check is reported: no Pods, Replicated False with
     // the reason, and a Warning Event.
-    let r = create(
+    create(
         &env,
         "renamed",
         json!({"replicas": 2, "config": {"rename-command": "CONFIG x"}}),
@@ -260,7 +260,7 @@ async fn auth_config_and_failover_are_validated() {
     // spec.auth naming a Secret that does not exist: the Pods are created
     // (the kubelet waits for the Secret), the password is not in their
     // spec, and the condition says why replication waits.
-    let r = create(
+    create(
         &env,
         "locked",
         json!({"replicas": 1, "auth": {"secretName": "pw"}}),
