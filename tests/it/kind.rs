@@ -84,18 +84,14 @@ fn ready_condition(r: &Redis) -> (String, String, String) {
 }
 
 #[tokio::test]
-async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
+async fn redis_answers_ping_on_spec_port_and_replicates_over_the_pod_network() {
     let env = TestEnv::new("kind-redis-ping").await;
     create_redis(&env, "cache", 2, 7001).await;
+    let primary = primary_of(&settled(&env, "cache", 2).await);
     let pods = ready_pods(&env, "cache", 2).await;
     for pod in &pods {
         let name = pod.name_any();
         assert_eq!(redis_cli(&env, &name, 7001, &["ping"]), "PONG");
-        assert_eq!(
-            redis_cli(&env, &name, 7001, &["set", "greeting", &name]),
-            "OK"
-        );
-        assert_eq!(redis_cli(&env, &name, 7001, &["get", "greeting"]), name);
         // Nothing listens on the default port: the operator passed spec.port.
         let (ok, out) = exec(&env, &name, &["redis-cli", "-p", "6379", "ping"]);
         assert!(
@@ -103,14 +99,21 @@ async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
             "6379 should be closed: {out}"
         );
     }
-    // Each Pod is its own server: another Pod reaches the first one over
-    // the Pod network and reads what was written there.
-    let first = pods[0].name_any();
-    let ip = pods[0].status.as_ref().unwrap().pod_ip.clone().unwrap();
-    let second = pods[1].name_any();
+    // The replica reaches the primary over the Pod network and has what
+    // was written there.
     assert_eq!(
-        redis_cli(&env, &second, 7001, &["-h", &ip, "get", "greeting"]),
-        first
+        redis_cli(&env, &primary, 7001, &["set", "greeting", &primary]),
+        "OK"
+    );
+    assert_eq!(redis_cli(&env, &primary, 7001, &["wait", "1", "5000"]), "1");
+    let replica = pods
+        .iter()
+        .map(|p| p.name_any())
+        .find(|n| *n != primary)
+        .unwrap();
+    assert_eq!(
+        redis_cli(&env, &replica, 7001, &["get", "greeting"]),
+        primary
     );
 }
 
@@ -118,6 +121,7 @@ async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
 async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so() {
     let env = TestEnv::new("kind-redis-readiness").await;
     create_redis(&env, "probe", 1, 6380).await;
+    settled(&env, "probe", 1).await;
     let pods = ready_pods(&env, "probe", 1).await;
     let pod = pods[0].name_any();
     let redis: Api<Redis> = env.api();
@@ -189,6 +193,7 @@ async fn redis_runs_under_restricted_pod_security_with_a_read_only_root_and_writ
     );
 
     create_redis(&env, "locked", 1, 6379).await;
+    settled(&env, "locked", 1).await;
     let pods = ready_pods(&env, "locked", 1).await;
     let pod = pods[0].name_any();
     let (ok, out) = exec(&env, &pod, &["touch", "/etc/podkeeper-was-here"]);
