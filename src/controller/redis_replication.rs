@@ -29,7 +29,7 @@ use crate::engine::ObservedPod;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Failure, Owner, api_message};
 use crate::engine::plan::Plan;
-use crate::replication::act::{self, PodRef, Silence};
+use crate::replication::act::{self, Memory, PodRef};
 use crate::replication::api::ROLE_LABEL;
 use crate::replication::client::Timeouts;
 use crate::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
@@ -54,7 +54,7 @@ pub struct ReplicationExtras {
     /// The Services podkeeper manages (label-selected watch cache).
     pub services: Store<Service>,
     /// Since when each member has been silent, per Redis uid.
-    silence: Mutex<HashMap<String, Arc<Silence>>>,
+    silence: Mutex<HashMap<String, Arc<Memory>>>,
     timeouts: Timeouts,
 }
 
@@ -72,7 +72,7 @@ impl ReplicationExtras {
         }
     }
 
-    fn silence(&self, uid: &str) -> Arc<Silence> {
+    fn silence(&self, uid: &str) -> Arc<Memory> {
         self.silence
             .lock()
             .unwrap_or_else(|e| e.into_inner())
