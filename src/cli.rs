@@ -109,6 +109,15 @@ pub struct BenchArgs {
     /// A small run (20 x 3, 10 heals, 5 s idle), as a smoke test.
     #[arg(long)]
     pub quick: bool,
+    /// Rounds of converge and tear down, podkeeper and the ReplicaSet
+    /// controller in turn (the order alternating), for the spread of their
+    /// ratios; heal and idle run in the first round only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Only podkeeper and the ReplicaSet controller: no ceiling, no
+    /// controller-manager at its default QPS.
+    #[arg(long)]
+    pub head_to_head: bool,
 }
 
 #[derive(Debug, Args)]

@@ -15,7 +15,8 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
-use crate::controller::podset::{self, Ctx, NoExtras};
+use crate::controller::podset::{self, Ctx};
+use crate::controller::redis_replication::ReplicationExtras;
 use crate::controller::service::ServiceExtras;
 use crate::controller::{
     self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, pod_watch,
@@ -236,31 +237,35 @@ pub async fn run(
         metrics,
         controller: controller::redis::CONTROLLER,
     };
+    let (redis_services, redis_service_events) = service_watch(&client, namespace);
     let redis_ctx = Ctx::<Redis>::new(
         Context::new(client.clone(), executor.clone(), pods.clone()),
-        NoExtras,
+        ReplicationExtras::new(redis_services),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let (app_ctx, services) = application_context(&client, namespace, executor, pods);
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
     {
         // Ready again once every controller's cache has its first list.
-        let (readiness, redis_store, app_store, service_store) = (
+        let (readiness, redis_store, app_store, service_store, redis_service_store) = (
             readiness.clone(),
             redis_store.clone(),
             app_store.clone(),
             app_ctx.extras.services.clone(),
+            redis_ctx.extras.services.clone(),
         );
         tokio::spawn(async move {
             let _ = redis_store.wait_until_ready().await;
             let _ = app_store.wait_until_ready().await;
             let _ = service_store.wait_until_ready().await;
+            let _ = redis_service_store.wait_until_ready().await;
             readiness.set_synced();
         });
     }
     let controller_config =
         kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles);
     let redis = Controller::for_stream(redis_stream, redis_store)
+        .owns_stream(redis_service_events)
         .reconcile_on(redis_rx)
         .reconcile_all_on(redis_relist_rx)
         .with_config(controller_config.clone())
@@ -367,15 +372,10 @@ fn print_endpoints(endpoints: &http::Endpoints) {
 
 type ServiceTrigger = std::pin::Pin<Box<dyn Stream<Item = Result<Service, watcher::Error>> + Send>>;
 
-/// The Application context and the Service watch that triggers it (label
-/// selected, managedFields stripped; deletions included, so a deleted
-/// Service comes back).
-fn application_context(
-    client: &Client,
-    namespace: Option<&str>,
-    executor: Executor,
-    pods: pod_watch::PodCache,
-) -> (Arc<Ctx<Application>>, ServiceTrigger) {
+/// A cache of the Services podkeeper manages, and the stream of their
+/// changes (label selected, managedFields stripped; deletions included, so
+/// a deleted Service comes back). Each kind that owns Services has its own.
+fn service_watch(client: &Client, namespace: Option<&str>) -> (Store<Service>, ServiceTrigger) {
     let (services, writer) = reflector::store();
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
@@ -387,6 +387,19 @@ fn application_context(
     )
     .touched_objects()
     .boxed();
+    (services, stream)
+}
+
+/// The Application context and the Service watch that triggers it (label
+/// selected, managedFields stripped; deletions included, so a deleted
+/// Service comes back).
+fn application_context(
+    client: &Client,
+    namespace: Option<&str>,
+    executor: Executor,
+    pods: pod_watch::PodCache,
+) -> (Arc<Ctx<Application>>, ServiceTrigger) {
+    let (services, stream) = service_watch(client, namespace);
     let executor = Executor {
         controller: controller::application::CONTROLLER,
         ..executor

@@ -32,7 +32,7 @@ use serde_json::json;
 
 use self::clock::{Clock, State, controller_uid};
 use self::measure::{ProcSample, count_requests, is_write};
-use self::report::{Convergence, Healing, Idle, Phases, Teardown};
+use self::report::{Convergence, Healing, Idle, Phases, Role, Teardown};
 pub use self::report::{Markdown, Report};
 use crate::cli::BenchArgs;
 use crate::crd::Redis;
@@ -184,17 +184,19 @@ impl<K> Owner for K where
 /// How each contender's owner objects are made and judged.
 struct Contender<K> {
     name: &'static str,
-    namespace: &'static str,
+    role: Role,
+    namespace: String,
     agent: &'static str,
     make: fn(usize, usize) -> serde_json::Value,
     settled: fn(&K, usize) -> bool,
     delete: DeleteParams,
 }
 
-fn redis_contender() -> Contender<Redis> {
+fn redis_contender(namespace: String) -> Contender<Redis> {
     Contender {
         name: "podkeeper (Redis)",
-        namespace: "bench-podkeeper",
+        role: Role::Podkeeper,
+        namespace,
         agent: PODKEEPER_AGENT,
         make: |i, r| {
             json!({
@@ -207,9 +209,14 @@ fn redis_contender() -> Contender<Redis> {
     }
 }
 
-fn replicaset_contender(namespace: &'static str, name: &'static str) -> Contender<ReplicaSet> {
+fn replicaset_contender(
+    namespace: String,
+    name: &'static str,
+    role: Role,
+) -> Contender<ReplicaSet> {
     Contender {
         name,
+        role,
         namespace,
         agent: REPLICASET_AGENT,
         make: |i, r| {
@@ -323,13 +330,14 @@ impl Bench {
         &self,
         owners: &Clock<K>,
         c: &Contender<K>,
+        round: u32,
     ) -> Result<Convergence, crate::Error>
     where
         K: Owner,
     {
         let (n, r) = (self.objects, self.replicas);
         eprintln!("podkeeper bench: {}: converging {n} x {r}", c.name);
-        let api: Api<K> = Api::namespaced(self.client.clone(), c.namespace);
+        let api: Api<K> = Api::namespaced(self.client.clone(), &c.namespace);
         let mark = measure::audit_mark(&self.audit);
         let start = Instant::now();
         for_all(n, |i| {
@@ -341,10 +349,12 @@ impl Bench {
             }
         })
         .await?;
-        let (exist, ready, phases) = pods_converged(&self.pods, c.namespace, n * r, start).await?;
-        let status = owners_settled(owners, c.namespace, n, |o| (c.settled)(o, r)).await?;
+        let (exist, ready, phases) = pods_converged(&self.pods, &c.namespace, n * r, start).await?;
+        let status = owners_settled(owners, &c.namespace, n, |o| (c.settled)(o, r)).await?;
         Ok(Convergence {
             name: c.name.into(),
+            role: c.role,
+            round,
             pods: n * r,
             all_exist_s: exist,
             all_ready_s: ready,
@@ -401,6 +411,7 @@ impl Bench {
         &self,
         owners: &Clock<K>,
         c: &Contender<K>,
+        round: u32,
     ) -> Result<Teardown, crate::Error>
     where
         K: Owner,
@@ -410,7 +421,8 @@ impl Bench {
             "podkeeper bench: {}: scaling {n} down to 1, then deleting",
             c.name
         );
-        let api: Api<K> = Api::namespaced(self.client.clone(), c.namespace);
+        let api: Api<K> = Api::namespaced(self.client.clone(), &c.namespace);
+        let mark = measure::audit_mark(&self.audit);
         let start = Instant::now();
         for_all(n, |i| {
             let api = api.clone();
@@ -426,7 +438,7 @@ impl Bench {
             }
         })
         .await?;
-        let ns = c.namespace;
+        let ns = c.namespace.as_str();
         self.pods
             .until(&format!("{n} Pods left in {ns}"), TIMEOUT, |st| {
                 (st.in_namespace(ns).count() == n).then_some(())
@@ -434,7 +446,9 @@ impl Bench {
             .await?;
         owners_settled(owners, ns, n, |o| (c.settled)(o, 1)).await?;
         let scale_down_s = start.elapsed().as_secs_f64();
+        let scale_down_requests = self.audit_count(mark, c.agent);
 
+        let mark = measure::audit_mark(&self.audit);
         let start = Instant::now();
         for_all(n, |i| {
             let api = api.clone();
@@ -455,6 +469,7 @@ impl Bench {
             })
             .await?;
         let delete_s = start.elapsed().as_secs_f64();
+        let delete_requests = self.audit_count(mark, c.agent);
         let gone_owners: Vec<_> = owners.with(|st| {
             st.gone
                 .iter()
@@ -472,10 +487,14 @@ impl Bench {
         let (order_checked, order_violations) = measure::deletion_order(&gone_owners, &gone_pods);
         Ok(Teardown {
             name: c.name.into(),
+            role: c.role,
+            round,
             scale_down_s,
             delete_s,
             order_checked,
             order_violations,
+            scale_down_requests,
+            delete_requests,
         })
     }
 
@@ -508,6 +527,8 @@ impl Bench {
             .await?;
         Ok(Convergence {
             name: format!("ceiling (direct creates, {CONCURRENCY} in flight)"),
+            role: Role::Ceiling,
+            round: 1,
             pods: total,
             all_exist_s: exist,
             all_ready_s: ready,
@@ -526,6 +547,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
     } else {
         (args.objects, args.replicas, args.heal, args.idle_seconds)
     };
+    let (rounds, head_to_head) = (args.rounds.max(1), args.head_to_head);
     let out_dir = Path::new("target/bench");
     std::fs::create_dir_all(out_dir).map_err(other)?;
     eprintln!(
@@ -565,6 +587,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
     let mut report = Report {
         objects,
         replicas,
+        rounds,
         kubernetes: versions::KUBERNETES.into(),
         etcd: versions::ETCD.into(),
         kwok: versions::KWOK.into(),
@@ -573,81 +596,72 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
 
     // Warm: the operator holds the Lease and has converged one Redis, and
     // the controller-manager one ReplicaSet, before any clock starts.
-    warm_up(&b, &redis_contender(), &b.redis, "warm-redis").await?;
-    warm_up(&b, &replicaset_contender("", ""), &b.replicasets, "warm-rs").await?;
+    warm_up(&b, &redis_contender(String::new()), &b.redis, "warm-redis").await?;
+    let warm_rs = replicaset_contender(String::new(), "", Role::ReplicaSet);
+    warm_up(&b, &warm_rs, &b.replicasets, "warm-rs").await?;
 
-    // podkeeper: converge, heal, idle, tear down.
-    let redis = redis_contender();
-    let before = operator.sample(ticks)?;
-    measure::reset_peak(operator.pid);
-    report.convergence.push(b.converge(&b.redis, &redis).await?);
-    let after = operator.sample(ticks)?;
-    report.operator.convergence_cpu_s = after.cpu_s - before.cpu_s;
-    report.operator.convergence_peak_rss_mib = after.peak_rss_mib;
-    report
-        .healing
-        .push(b.heal(redis.name, redis.namespace, heal).await?);
+    for round in 1..=rounds {
+        let namespace = |base: &str| match round {
+            1 => base.to_string(),
+            n => format!("{base}-{n}"),
+        };
+        if round > 1 {
+            for ns in ["bench-podkeeper", "bench-replicaset"] {
+                create_namespace(&b.client, &namespace(ns)).await?;
+            }
+        }
+        let redis = redis_contender(namespace("bench-podkeeper"));
+        let rs = replicaset_contender(
+            namespace("bench-replicaset"),
+            "kube-controller-manager (ReplicaSet)",
+            Role::ReplicaSet,
+        );
+        // The order alternates, so that a machine that gets busier or
+        // quieter over a run favours neither.
+        if round % 2 == 0 {
+            replicaset_life(&b, &rs, round, heal, &mut report).await?;
+        }
+        // podkeeper: converge, heal, idle (first round), tear down.
+        let before = operator.sample(ticks)?;
+        measure::reset_peak(operator.pid);
+        report
+            .convergence
+            .push(b.converge(&b.redis, &redis, round).await?);
+        let after = operator.sample(ticks)?;
+        if round == 1 {
+            report.operator.convergence_cpu_s = after.cpu_s - before.cpu_s;
+            report.operator.convergence_peak_rss_mib = after.peak_rss_mib;
+            report
+                .healing
+                .push(b.heal(redis.name, &redis.namespace, heal).await?);
+            idle_stage(&b, &mut operator, ticks, &redis, idle, &mut report).await?;
+        }
+        report
+            .teardown
+            .push(b.teardown(&b.redis, &redis, round).await?);
+        operator.sample(ticks)?;
+        if round % 2 == 1 {
+            replicaset_life(&b, &rs, round, heal, &mut report).await?;
+        }
+    }
 
-    // Quiet first: every status has caught up with the last heal.
-    owners_settled(&b.redis, redis.namespace, objects, |o| {
-        redis_settled(o, replicas)
-    })
-    .await?;
-    eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
-    let mark = measure::audit_mark(&b.audit);
-    let before = operator.sample(ticks)?;
-    tokio::time::sleep(Duration::from_secs(idle)).await;
-    let after = operator.sample(ticks)?;
-    let requests = b.audit_count(mark, PODKEEPER_AGENT);
-    report.idle = Idle {
-        window_s: idle as f64,
-        object_writes: requests
-            .iter()
-            .filter(|(k, _)| is_write(k) && !k.ends_with(" leases"))
-            .map(|(_, v)| v)
-            .sum(),
-        lease_writes: requests
-            .iter()
-            .filter(|(k, _)| is_write(k) && k.ends_with(" leases"))
-            .map(|(_, v)| v)
-            .sum(),
-        requests,
-    };
-    report.operator.idle_cpu_s = after.cpu_s - before.cpu_s;
-    report.operator.idle_rss_mib = after.rss_mib;
-    report.teardown.push(b.teardown(&b.redis, &redis).await?);
-    operator.sample(ticks)?;
+    if !head_to_head {
+        // The ceiling.
+        report.convergence.push(b.ceiling().await?);
 
-    // kube-controller-manager with its QPS raised: the same life.
-    let rs = replicaset_contender("bench-replicaset", "kube-controller-manager (ReplicaSet)");
-    report
-        .convergence
-        .push(b.converge(&b.replicasets, &rs).await?);
-    report
-        .healing
-        .push(b.heal(rs.name, rs.namespace, heal).await?);
-    report.teardown.push(b.teardown(&b.replicasets, &rs).await?);
-
-    // The ceiling.
-    report.convergence.push(b.ceiling().await?);
-
-    // kube-controller-manager at its default QPS (20, burst 30).
-    eprintln!("podkeeper bench: restarting kube-controller-manager at its default QPS");
-    cluster.set_controller_manager_qps(false).await?;
-    warm_up(
-        &b,
-        &replicaset_contender("", ""),
-        &b.replicasets,
-        "warm-rs-default",
-    )
-    .await?;
-    let slow = replicaset_contender(
-        "bench-replicaset-default",
-        "kube-controller-manager (ReplicaSet), default QPS",
-    );
-    report
-        .convergence
-        .push(b.converge(&b.replicasets, &slow).await?);
+        // kube-controller-manager at its default QPS (20, burst 30).
+        eprintln!("podkeeper bench: restarting kube-controller-manager at its default QPS");
+        cluster.set_controller_manager_qps(false).await?;
+        warm_up(&b, &warm_rs, &b.replicasets, "warm-rs-default").await?;
+        let slow = replicaset_contender(
+            "bench-replicaset-default".into(),
+            "kube-controller-manager (ReplicaSet), default QPS",
+            Role::ReplicaSetDefaultQps,
+        );
+        report
+            .convergence
+            .push(b.converge(&b.replicasets, &slow, 1).await?);
+    }
 
     if std::env::var_os("PODKEEPER_BENCH_KEEP_AUDIT").is_some() {
         let _ = std::fs::copy(&b.audit, out_dir.join("audit.log"));
@@ -663,6 +677,69 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
         out_dir.join("report.json").display()
     );
     Ok(report)
+}
+
+/// The ReplicaSet controller's life: converge, heal (first round), tear
+/// down.
+async fn replicaset_life(
+    b: &Bench,
+    rs: &Contender<ReplicaSet>,
+    round: u32,
+    heal: usize,
+    report: &mut Report,
+) -> Result<(), crate::Error> {
+    report
+        .convergence
+        .push(b.converge(&b.replicasets, rs, round).await?);
+    if round == 1 {
+        report
+            .healing
+            .push(b.heal(rs.name, &rs.namespace, heal).await?);
+    }
+    report
+        .teardown
+        .push(b.teardown(&b.replicasets, rs, round).await?);
+    Ok(())
+}
+
+/// podkeeper's requests while nothing changes, once every status has
+/// caught up with the last heal.
+async fn idle_stage(
+    b: &Bench,
+    operator: &mut OperatorProcess,
+    ticks: f64,
+    redis: &Contender<Redis>,
+    idle: u64,
+    report: &mut Report,
+) -> Result<(), crate::Error> {
+    let replicas = b.replicas;
+    owners_settled(&b.redis, &redis.namespace, b.objects, |o| {
+        redis_settled(o, replicas)
+    })
+    .await?;
+    eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
+    let mark = measure::audit_mark(&b.audit);
+    let before = operator.sample(ticks)?;
+    tokio::time::sleep(Duration::from_secs(idle)).await;
+    let after = operator.sample(ticks)?;
+    let requests = b.audit_count(mark, PODKEEPER_AGENT);
+    report.operator.idle_cpu_s = after.cpu_s - before.cpu_s;
+    report.operator.idle_rss_mib = after.rss_mib;
+    report.idle = Idle {
+        window_s: idle as f64,
+        object_writes: requests
+            .iter()
+            .filter(|(k, _)| is_write(k) && !k.ends_with(" leases"))
+            .map(|(_, v)| v)
+            .sum(),
+        lease_writes: requests
+            .iter()
+            .filter(|(k, _)| is_write(k) && k.ends_with(" leases"))
+            .map(|(_, v)| v)
+            .sum(),
+        requests,
+    };
+    Ok(())
 }
 
 /// One owner with one replica in `bench-warmup`, converged.

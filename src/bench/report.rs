@@ -6,10 +6,24 @@ use serde::Serialize;
 
 use super::measure::{Percentiles, is_write};
 
+/// Who is measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    #[default]
+    Podkeeper,
+    ReplicaSet,
+    Ceiling,
+    ReplicaSetDefaultQps,
+}
+
 /// Time to converge N×R Pods, for one contender.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Convergence {
     pub name: String,
+    pub role: Role,
+    /// 1 for the first round.
+    pub round: u32,
     pub pods: usize,
     pub all_exist_s: f64,
     pub all_ready_s: f64,
@@ -63,6 +77,8 @@ pub struct Usage {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Teardown {
     pub name: String,
+    pub role: Role,
+    pub round: u32,
     /// From the first scale request until every owner has one Pod left and
     /// its status says so.
     pub scale_down_s: f64,
@@ -71,11 +87,16 @@ pub struct Teardown {
     /// Owners checked for "gone only after its Pods", and violations.
     pub order_checked: usize,
     pub order_violations: usize,
+    /// The controller's API requests while scaling down, and while
+    /// deleting.
+    pub scale_down_requests: BTreeMap<String, u64>,
+    pub delete_requests: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     pub objects: usize,
+    pub rounds: u32,
     pub replicas: usize,
     pub kubernetes: String,
     pub etcd: String,
@@ -93,6 +114,40 @@ fn ratio(a: f64, b: f64) -> String {
     } else {
         "-".into()
     }
+}
+
+/// Event writes (creates and patches, core and events.k8s.io alike) in
+/// `requests`, per 1000 owner objects.
+pub fn events_per_1000(requests: &BTreeMap<String, u64>, objects: usize) -> f64 {
+    let writes: u64 = requests
+        .iter()
+        .filter(|(k, _)| {
+            let mut words = k.split(' ');
+            matches!(words.next(), Some("create" | "patch" | "update"))
+                && words.next() == Some("events")
+        })
+        .map(|(_, v)| v)
+        .sum();
+    if objects == 0 {
+        return 0.0;
+    }
+    writes as f64 * 1000.0 / objects as f64
+}
+
+/// The median, least and greatest of `values`.
+fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((median, v[0], v[n - 1]))
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -123,35 +178,58 @@ impl std::fmt::Display for Markdown<'_> {
 
 fn markdown(r: &Report) -> String {
     let mut out = format!(
-        "podkeeper bench: {} objects x {} replicas = {} Pods; Kubernetes v{}, etcd v{}, kwok v{}, 3 kwok nodes.\n\n",
+        "podkeeper bench: {} objects x {} replicas = {} Pods, {} round(s); Kubernetes v{}, etcd v{}, kwok v{}, 3 kwok nodes.\n\n",
         r.objects,
         r.replicas,
         r.objects * r.replicas,
+        r.rounds.max(1),
         r.kubernetes,
         r.etcd,
         r.kwok
     );
+    let label = |name: &str, round: u32| {
+        if r.rounds > 1 {
+            format!("{name}, round {round}")
+        } else {
+            name.to_string()
+        }
+    };
+    let find = |role: Role, round: u32| {
+        r.convergence
+            .iter()
+            .find(|c| c.role == role && c.round == round)
+    };
+    let teardown = |role: Role, round: u32| {
+        r.teardown
+            .iter()
+            .find(|t| t.role == role && t.round == round)
+    };
     out.push_str("### Convergence\n\n| contender | all Pods exist (s) | all Pods Ready (s) | every status ready (s) | controller's requests |\n|---|---|---|---|---|\n");
     for s in &r.convergence {
         out.push_str(&format!(
             "| {} | {:.2} | {:.2} | {} | {} |\n",
-            s.name,
+            label(&s.name, s.round),
             s.all_exist_s,
             s.all_ready_s,
             opt(s.status_ready_s),
             requests_summary(&s.requests)
         ));
     }
-    if let [pk, rs, ceiling, rest @ ..] = &r.convergence[..] {
+    if let (Some(pk), Some(rs)) = (find(Role::Podkeeper, 1), find(Role::ReplicaSet, 1)) {
         out.push_str(&format!(
-            "\nRatios (below 1: podkeeper faster): podkeeper/ReplicaSet: exist {}, ready {}, status {}; podkeeper/ceiling: exist {}, ready {}",
+            "\nRatios of the first round (below 1: podkeeper faster): podkeeper/ReplicaSet: exist {}, ready {}, status {}",
             ratio(pk.all_exist_s, rs.all_exist_s),
             ratio(pk.all_ready_s, rs.all_ready_s),
             ratio(pk.status_ready_s.unwrap_or(0.0), rs.status_ready_s.unwrap_or(0.0)),
-            ratio(pk.all_exist_s, ceiling.all_exist_s),
-            ratio(pk.all_ready_s, ceiling.all_ready_s),
         ));
-        if let Some(default) = rest.first() {
+        if let Some(ceiling) = find(Role::Ceiling, 1) {
+            out.push_str(&format!(
+                "; podkeeper/ceiling: exist {}, ready {}",
+                ratio(pk.all_exist_s, ceiling.all_exist_s),
+                ratio(pk.all_ready_s, ceiling.all_ready_s),
+            ));
+        }
+        if let Some(default) = find(Role::ReplicaSetDefaultQps, 1) {
             out.push_str(&format!(
                 "; podkeeper/ReplicaSet at default QPS: exist {}, ready {}",
                 ratio(pk.all_exist_s, default.all_exist_s),
@@ -164,22 +242,24 @@ fn markdown(r: &Report) -> String {
     for s in &r.convergence {
         out.push_str(&format!(
             "| {} | {:.0} / {:.0} | {:.0} / {:.0} |\n",
-            s.name,
+            label(&s.name, s.round),
             s.phases.created_to_bound.p50 * 1e3,
             s.phases.created_to_bound.p99 * 1e3,
             s.phases.bound_to_ready.p50 * 1e3,
             s.phases.bound_to_ready.p99 * 1e3
         ));
     }
-    if let Some(pk) = r.convergence.first() {
-        out.push_str("\npodkeeper's requests while converging: ");
-        let list: Vec<String> = pk
-            .requests
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        out.push_str(&list.join(", "));
-        out.push('\n');
+    if let Some(pk) = find(Role::Podkeeper, 1) {
+        out.push_str(&format!(
+            "\npodkeeper's requests while converging: {}\n",
+            list(&pk.requests)
+        ));
+    }
+    if let Some(rs) = find(Role::ReplicaSet, 1) {
+        out.push_str(&format!(
+            "\nThe ReplicaSet controller's requests while converging: {}\n",
+            list(&rs.requests)
+        ));
     }
     out.push_str("\n### Self-healing (delete one Pod at a time)\n\n| contender | samples | exists p50/p90/p99 (ms) | Ready p50/p90/p99 (ms) |\n|---|---|---|---|\n");
     let ms = |p: &Percentiles| {
@@ -207,12 +287,7 @@ fn markdown(r: &Report) -> String {
         if r.idle.requests.is_empty() {
             "none".to_string()
         } else {
-            r.idle
-                .requests
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(&r.idle.requests)
         }
     ));
     out.push_str(&format!(
@@ -222,16 +297,132 @@ fn markdown(r: &Report) -> String {
         r.operator.idle_cpu_s,
         r.operator.idle_rss_mib
     ));
-    out.push_str("\n### Scale-down (R to 1) and deletion\n\n| contender | scale down (s) | delete all (s) | owners gone only after their Pods |\n|---|---|---|---|\n");
+    out.push_str("\n### Scale-down (R to 1) and deletion\n\n| contender | scale down (s) | requests | delete all (s) | requests | owners gone only after their Pods |\n|---|---|---|---|---|---|\n");
     for t in &r.teardown {
         out.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {} of {} |\n",
-            t.name,
+            "| {} | {:.2} | {} | {:.2} | {} | {} of {} |\n",
+            label(&t.name, t.round),
             t.scale_down_s,
+            requests_summary(&t.scale_down_requests),
             t.delete_s,
+            requests_summary(&t.delete_requests),
             t.order_checked - t.order_violations,
             t.order_checked
         ));
     }
+    for t in r.teardown.iter().filter(|t| t.round == 1) {
+        out.push_str(&format!(
+            "\n{}'s requests while scaling down: {}\n",
+            t.name,
+            list(&t.scale_down_requests)
+        ));
+    }
+    out.push_str("\n### Events per 1000 objects\n\nEvent writes (creates and patches) by the controller, from the audit log.\n\n| contender | converge | scale down | delete |\n|---|---|---|---|\n");
+    for s in r
+        .convergence
+        .iter()
+        .filter(|c| matches!(c.role, Role::Podkeeper | Role::ReplicaSet))
+    {
+        let t = teardown(s.role, s.round);
+        let per = |m: Option<&BTreeMap<String, u64>>| {
+            m.map(|m| format!("{:.0}", events_per_1000(m, r.objects)))
+                .unwrap_or_else(|| "-".into())
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            label(&s.name, s.round),
+            per(Some(&s.requests)),
+            per(t.map(|t| &t.scale_down_requests)),
+            per(t.map(|t| &t.delete_requests)),
+        ));
+    }
+    out.push_str("\n### podkeeper / ReplicaSet, per round (below 1: podkeeper faster)\n\n| round | all Pods exist | all Pods Ready | every status ready | scale down | delete all |\n|---|---|---|---|---|---|\n");
+    let mut columns: [Vec<f64>; 5] = Default::default();
+    for round in 1..=r.rounds.max(1) {
+        let (Some(pk), Some(rs)) = (find(Role::Podkeeper, round), find(Role::ReplicaSet, round))
+        else {
+            continue;
+        };
+        let mut values = vec![
+            pk.all_exist_s / rs.all_exist_s,
+            pk.all_ready_s / rs.all_ready_s,
+            pk.status_ready_s.unwrap_or(f64::NAN) / rs.status_ready_s.unwrap_or(f64::NAN),
+        ];
+        match (
+            teardown(Role::Podkeeper, round),
+            teardown(Role::ReplicaSet, round),
+        ) {
+            (Some(a), Some(b)) => {
+                values.push(a.scale_down_s / b.scale_down_s);
+                values.push(a.delete_s / b.delete_s);
+            }
+            _ => values.extend([f64::NAN, f64::NAN]),
+        }
+        let cells: Vec<String> = values
+            .iter()
+            .map(|v| {
+                if v.is_finite() {
+                    format!("{v:.2}")
+                } else {
+                    "-".into()
+                }
+            })
+            .collect();
+        out.push_str(&format!("| {round} | {} |\n", cells.join(" | ")));
+        for (column, v) in columns.iter_mut().zip(values) {
+            column.push(v);
+        }
+    }
+    if r.rounds > 1 {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| match spread(c) {
+                Some((median, lo, hi)) => format!("{median:.2} ({lo:.2}-{hi:.2})"),
+                None => "-".into(),
+            })
+            .collect();
+        out.push_str(&format!(
+            "| median (least-greatest) | {} |\n",
+            cells.join(" | ")
+        ));
+    }
     out
+}
+
+fn list(requests: &BTreeMap<String, u64>) -> String {
+    requests
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_count_creates_and_patches_of_either_api() {
+        let requests: BTreeMap<String, u64> = [
+            ("create events", 300),
+            ("patch events", 100),
+            ("create pods", 3000),
+            ("list events", 7),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(events_per_1000(&requests, 2000), 200.0);
+        assert_eq!(events_per_1000(&requests, 0), 0.0);
+    }
+
+    #[test]
+    fn spread_is_median_least_greatest() {
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(
+            spread(&[4.0, 1.0, f64::NAN, 2.0, 3.0]),
+            Some((2.5, 1.0, 4.0))
+        );
+        assert_eq!(spread(&[]), None);
+    }
 }

@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod pod_watch;
 pub mod podset;
 pub mod redis;
+pub mod redis_replication;
 pub mod service;
 pub mod status_patch;
 

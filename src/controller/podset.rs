@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::{Context, Error, FINALIZER, next_action};
+use crate::engine::ObservedPod;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Failure, Outcome, Owner, summary};
 use crate::engine::plan::{Desired, Plan, Strategy, plan};
@@ -92,10 +93,27 @@ pub trait PodSet:
     ) -> (Self::Status, Option<i64>);
 }
 
-/// Objects of a kind's own besides its Pods.
+/// Objects of a kind's own besides its Pods, and what the kind does with
+/// its Pods besides creating and deleting them (Redis replication).
 pub trait Extras<K>: Send + Sync + 'static {
     /// What goes into the status.
     type Report: Send + Sync;
+    /// What [`Extras::steer`] hands to [`Extras::apply`].
+    type Steer: Default + Send + Sync;
+    /// Runs before the engine acts on `plan` (made from `pods`), on every
+    /// reconcile of a valid spec: it may change which Pods the plan deletes
+    /// (Redis keeps its primary until it has handed the role over).
+    /// Default: nothing.
+    fn steer(
+        &self,
+        _obj: &K,
+        _ctx: &Context,
+        _owner: &Owner,
+        _pods: &[ObservedPod],
+        _plan: &mut Plan,
+    ) -> impl Future<Output = Self::Steer> + Send {
+        async { Self::Steer::default() }
+    }
     /// Brings them in line with `obj`; a refused step is returned with the
     /// report (which should then keep what the status said before).
     fn apply(
@@ -103,6 +121,7 @@ pub trait Extras<K>: Send + Sync + 'static {
         obj: &K,
         ctx: &Context,
         owner: &Owner,
+        steer: Self::Steer,
     ) -> impl Future<Output = (Self::Report, Option<Failure>)> + Send;
     /// The report that keeps what the status says, when nothing was applied.
     fn kept(&self, obj: &K) -> Self::Report;
@@ -115,12 +134,13 @@ pub trait Extras<K>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 }
 
-/// No extras (Redis).
+/// No extras.
 pub struct NoExtras;
 
 impl<K: Sync> Extras<K> for NoExtras {
     type Report = ();
-    async fn apply(&self, _: &K, _: &Context, _: &Owner) -> ((), Option<Failure>) {
+    type Steer = ();
+    async fn apply(&self, _: &K, _: &Context, _: &Owner, _: ()) -> ((), Option<Failure>) {
         ((), None)
     }
     fn kept(&self, _: &K) {}
@@ -220,13 +240,14 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         }
     };
 
-    let plan = plan(&spec.desired, &pods, now);
+    let mut plan = plan(&spec.desired, &pods, now);
+    let steer = ctx.extras.steer(obj, inner, &owner, &pods, &mut plan).await;
     let outcome = if satisfied {
         Some(act(inner, &owner, &spec.template, &plan).await)
     } else {
         None
     };
-    let (extras, extras_failure) = ctx.extras.apply(obj, inner, &owner).await;
+    let (extras, extras_failure) = ctx.extras.apply(obj, inner, &owner, steer).await;
     let Some(outcome) = outcome else {
         // Creates or deletes are still in flight: the status would describe
         // a state the watch is about to replace, and the event that

@@ -5,24 +5,34 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector,
+    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::conditions::{self, Cond, truth};
-use super::podset::{NoExtras, PodSet, PodSetSpec, Report};
+use super::podset::{PodSet, PodSetSpec, Report};
+use super::redis_replication::{Replication, ReplicationExtras};
 use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::{Redis, RedisStatus};
+use crate::engine::ObservedPod;
+use crate::engine::executor::Owner;
 use crate::engine::hash::{revision_of, stamp};
-use crate::engine::plan::{Desired, Strategy};
+use crate::engine::plan::{DeleteReason, Desired, Plan, Strategy, victim};
+use crate::engine::rank::sort_for_deletion;
+use crate::replication::api::{
+    REPLICATED_CONDITION, ROLE_LABEL, primary_service_name, replicas_service_name,
+};
+use crate::replication::config::{PASSWORD_ENV, config_args, server_command};
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
-const NAME_LABEL: &str = "app.kubernetes.io/name";
-const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Uid and gid of the redis user in the official image.
 const REDIS_UID: i64 = 999;
 
@@ -52,21 +62,79 @@ pub fn selector_string(name: &str) -> String {
         .join(",")
 }
 
-/// The Pod template of a Redis, with its template hash label. Pure.
-pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
+/// The redis-server command and arguments of a member: `spec.config`
+/// (validated; `maxmemory` from the memory limit unless set), listening on
+/// every address of the Pod (Debian's redis-server defaults to loopback
+/// with protected mode), data in /data, and starting as a replica of the
+/// placeholder (see [`crate::replication`]). Pure.
+pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> {
+    let spec = &redis.spec;
+    let memory_limit = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"));
+    let mut args: Vec<String> = ["--bind", "*", "-::*", "--dir", "/data"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(config_args(&spec.config, memory_limit).map_err(|e| e.to_string())?);
+    let port =
+        u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;
+    Ok(server_command(port, &args, spec.auth.is_some()))
+}
+
+/// Spread the members over nodes (at most one more on any node than on
+/// another, counting only nodes the Pods may run on) and, where nodes have
+/// zones, over zones as far as the scheduler can.
+fn spread(name: &str) -> Vec<TopologySpreadConstraint> {
+    let selector = LabelSelector {
+        match_labels: Some(selector_labels(name)),
+        ..Default::default()
+    };
+    [
+        ("kubernetes.io/hostname", "DoNotSchedule"),
+        ("topology.kubernetes.io/zone", "ScheduleAnyway"),
+    ]
+    .into_iter()
+    .map(|(key, when)| TopologySpreadConstraint {
+        label_selector: Some(selector.clone()),
+        max_skew: 1,
+        topology_key: key.into(),
+        when_unsatisfiable: when.into(),
+        node_taints_policy: Some("Honor".into()),
+        ..Default::default()
+    })
+    .collect()
+}
+
+/// The Pod template of a Redis, with its template hash label, or why
+/// `spec.config` cannot work. Pure.
+pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     let spec = &redis.spec;
     let port = spec.port;
+    let (command, args) = server_args(redis)?;
+    let env = spec.auth.as_ref().map(|auth| {
+        vec![EnvVar {
+            name: PASSWORD_ENV.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: auth.secret_name.clone(),
+                    key: auth.key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+        }]
+    });
     let container = Container {
         name: "redis".into(),
         image: Some(spec.image.clone()),
         image_pull_policy: Some(spec.image_pull_policy.as_str().into()),
-        command: Some(vec!["redis-server".into()]),
-        args: Some(vec![
-            "--port".into(),
-            port.to_string(),
-            "--dir".into(),
-            "/data".into(),
-        ]),
+        command: Some(command),
+        args: Some(args),
+        env,
         ports: Some(vec![ContainerPort {
             name: Some("redis".into()),
             container_port: port,
@@ -101,6 +169,7 @@ pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
     };
     let pod_spec = PodSpec {
         containers: vec![container],
+        topology_spread_constraints: Some(spread(&redis.name_any())),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         security_context: Some(PodSecurityContext {
@@ -121,35 +190,165 @@ pub fn pod_template(redis: &Redis) -> PodTemplateSpec {
         }]),
         ..Default::default()
     };
+    // Every member starts as a replica (of the placeholder); the operator
+    // moves the label of the one it makes primary.
+    let mut labels = selector_labels(&redis.name_any());
+    labels.insert(ROLE_LABEL.into(), "replica".into());
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(selector_labels(&redis.name_any())),
+            labels: Some(labels),
             ..Default::default()
         }),
         spec: Some(pod_spec),
     };
-    stamp(template)
+    Ok(stamp(template))
+}
+
+/// The two Services of a Redis: `<name>` selects the primary (read-write),
+/// `<name>-replicas` the replicas (read-only; Services send traffic to
+/// ready Pods only). Owned by the Redis. Pure.
+pub fn desired_services(redis: &Redis, owner: &Owner) -> Vec<Service> {
+    let name = redis.name_any();
+    [
+        (primary_service_name(&name), "primary"),
+        (replicas_service_name(&name), "replica"),
+    ]
+    .into_iter()
+    .map(|(service, role)| {
+        let mut selector = selector_labels(&name);
+        selector.insert(ROLE_LABEL.into(), role.into());
+        Service {
+            metadata: ObjectMeta {
+                name: Some(service),
+                namespace: Some(owner.namespace.clone()),
+                labels: Some(
+                    [
+                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+                        (INSTANCE_LABEL.to_string(), name.clone()),
+                        (NAME_LABEL.to_string(), "redis".to_string()),
+                    ]
+                    .into(),
+                ),
+                owner_references: Some(vec![owner.reference.clone()]),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                selector: Some(selector),
+                ports: Some(vec![ServicePort {
+                    name: Some("redis".into()),
+                    port: redis.spec.port,
+                    target_port: Some(IntOrString::String("redis".into())),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    })
+    .collect()
+}
+
+/// Keeps `primary` out of the engine's deletions. A scale-down takes the
+/// next Pod in the engine's order instead; a rollout replaces the other
+/// outdated Pods first (one in the same state, ready or not, so the
+/// rollout's availability arithmetic holds). Returns `true` when the
+/// primary is the one left to go: it is held back and must be handed over
+/// first (it is "retiring"). Scaling to zero deletes it with the others.
+/// Pure.
+pub fn spare_primary(plan: &mut Plan, pods: &[ObservedPod], primary: &str, revision: &str) -> bool {
+    let Some(i) = plan.delete.iter().position(|v| v.name == primary) else {
+        return false;
+    };
+    let reason = plan.delete[i].reason;
+    let the_primary = pods.iter().find(|p| p.name == primary);
+    let deleted = |name: &str| plan.delete.iter().any(|v| v.name == name);
+    let others: Vec<&ObservedPod> = pods
+        .iter()
+        .filter(|p| p.is_active() && p.name != primary)
+        .collect();
+    if reason == DeleteReason::ScaleDown && others.iter().all(|p| deleted(&p.name)) {
+        // Nothing stays: scaling to zero.
+        return false;
+    }
+    let mut candidates: Vec<&ObservedPod> = others
+        .into_iter()
+        .filter(|p| !deleted(&p.name))
+        .filter(|p| {
+            let current = p.revision.as_deref() == Some(revision);
+            match reason {
+                DeleteReason::ScaleDown => current,
+                DeleteReason::Outdated => !current,
+                DeleteReason::Cleanup => false,
+            }
+        })
+        .filter(|p| the_primary.is_none_or(|q| p.is_ready() == q.is_ready()))
+        .collect();
+    sort_for_deletion(&mut candidates);
+    match candidates.first() {
+        Some(c) => {
+            plan.delete[i] = victim(c, reason);
+            false
+        }
+        None => {
+            plan.delete.remove(i);
+            true
+        }
+    }
 }
 
 /// The status a Redis should show. Pure.
-pub fn desired_status(redis: &Redis, report: &Report<'_, ()>) -> RedisStatus {
+pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisStatus {
     let replicas = redis.spec.replicas.max(0);
     let plan = report.plan;
     let c = plan.counts;
     let previous = redis.status.clone().unwrap_or_default();
+    let repl = report.extras;
     let all_ready = c.ready == replicas && c.updated == replicas && c.replicas == replicas;
+    let replicated = match (report.invalid, &repl.condition) {
+        (Some(message), _) => Cond {
+            type_: REPLICATED_CONDITION,
+            status: "False",
+            reason: "InvalidSpec",
+            message: message.to_string(),
+        },
+        (None, Some((ok, reason, message))) => Cond {
+            type_: REPLICATED_CONDITION,
+            status: truth(*ok),
+            reason,
+            message: message.clone(),
+        },
+        (None, None) => Cond {
+            type_: REPLICATED_CONDITION,
+            status: "Unknown",
+            reason: "NotObserved",
+            message: "replication has not been observed yet".into(),
+        },
+    };
+    // Ready: a primary accepts writes and every replica is linked and
+    // caught up (with no Pods asked for, there is nothing to replicate).
+    let serving = replicas == 0 || replicated.status == "True";
     let ready = Cond {
         type_: "Ready",
-        status: truth(all_ready),
-        reason: if all_ready {
-            "AllReplicasReady"
-        } else {
+        status: truth(all_ready && serving),
+        reason: if !all_ready {
             "ReplicasNotReady"
+        } else if serving {
+            "Replicated"
+        } else {
+            "NotReplicated"
         },
-        message: format!(
-            "{} of {} replicas ready, {} on the current template",
-            c.ready, replicas, c.updated
-        ),
+        message: if all_ready && !serving {
+            format!(
+                "{} of {replicas} Pods ready; {}",
+                c.ready, replicated.message
+            )
+        } else {
+            format!(
+                "{} of {} replicas ready, {} on the current template",
+                c.ready, replicas, c.updated
+            )
+        },
     };
     let progressing = if plan.complete {
         Cond {
@@ -195,20 +394,22 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, ()>) -> RedisStatus {
         selector: selector_string(&redis.name_any()),
         conditions: conditions::merge(
             &previous.conditions,
-            vec![ready, progressing, failure],
+            vec![ready, progressing, failure, replicated],
             redis.metadata.generation,
             report.now,
         ),
+        primary: repl.primary.clone(),
+        members: repl.members.clone(),
     }
 }
 
 impl PodSet for Redis {
     const KIND: &'static str = KIND;
     type Status = RedisStatus;
-    type Extras = NoExtras;
+    type Extras = ReplicationExtras;
 
     fn pod_set(&self) -> Result<PodSetSpec, String> {
-        let template = pod_template(self);
+        let template = pod_template(self)?;
         Ok(PodSetSpec {
             desired: Desired {
                 replicas: self.spec.replicas,
@@ -229,8 +430,11 @@ impl PodSet for Redis {
         self.status.as_ref()
     }
 
-    fn desired_status(&self, report: &Report<'_, ()>) -> (RedisStatus, Option<i64>) {
-        (desired_status(self, report), None)
+    fn desired_status(&self, report: &Report<'_, Replication>) -> (RedisStatus, Option<i64>) {
+        (
+            desired_status(self, report),
+            report.extras.requeue_after_seconds,
+        )
     }
 }
 
@@ -238,17 +442,23 @@ impl PodSet for Redis {
 mod tests {
     use super::*;
     use crate::crd::RedisSpec;
+    use crate::crd::redis::PrimaryStatus;
     use crate::crd::redis::PullPolicy;
     use crate::engine::executor::Failure;
-    use crate::engine::plan::{Plan, plan};
+    use crate::engine::plan::plan;
     use k8s_openapi::jiff::Timestamp;
 
-    fn report<'a>(p: &'a Plan, failure: Option<&'a Failure>, now: Timestamp) -> Report<'a, ()> {
+    fn report<'a>(
+        p: &'a Plan,
+        failure: Option<&'a Failure>,
+        repl: &'a Replication,
+        now: Timestamp,
+    ) -> Report<'a, Replication> {
         Report {
             plan: p,
             failure,
             invalid: None,
-            extras: &(),
+            extras: repl,
             now,
         }
     }
@@ -262,6 +472,9 @@ mod tests {
                 port,
                 resources: None,
                 image_pull_policy: PullPolicy::IfNotPresent,
+                auth: None,
+                config: Default::default(),
+                failover: Default::default(),
             },
         );
         r.metadata.namespace = Some("ns".into());
@@ -269,14 +482,22 @@ mod tests {
         r
     }
 
+    fn tmpl(r: &Redis) -> PodTemplateSpec {
+        pod_template(r).unwrap()
+    }
+
     #[test]
     fn template_runs_redis_on_the_port_and_hash_follows_the_spec() {
-        let t = pod_template(&redis(7000, "redis:7"));
+        let t = tmpl(&redis(7000, "redis:7"));
         let c = &t.spec.as_ref().unwrap().containers[0];
         assert_eq!(
             c.args.as_ref().unwrap()[..2],
             ["--port".to_string(), "7000".to_string()]
         );
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(args.contains("--replicaof 127.0.0.1 1"), "{args}");
+        assert!(args.contains("--protected-mode no"), "{args}");
+        assert!(args.contains("--bind * -::*"), "{args}");
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7000);
         assert_eq!(
             c.readiness_probe
@@ -289,12 +510,233 @@ mod tests {
             IntOrString::Int(7000)
         );
         let h1 = revision_of(&t);
-        assert_eq!(h1, revision_of(&pod_template(&redis(7000, "redis:7"))));
-        assert_ne!(h1, revision_of(&pod_template(&redis(7001, "redis:7"))));
-        assert_ne!(h1, revision_of(&pod_template(&redis(7000, "redis:8"))));
+        assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));
+        assert_ne!(h1, revision_of(&tmpl(&redis(7001, "redis:7"))));
+        assert_ne!(h1, revision_of(&tmpl(&redis(7000, "redis:8"))));
         let labels = t.metadata.as_ref().unwrap().labels.as_ref().unwrap();
         assert_eq!(labels[INSTANCE_LABEL], "cache");
         assert_eq!(labels[MANAGED_BY_LABEL], "podkeeper");
+    }
+
+    fn observed(name: &str, revision: &str, ready: bool, age: i64) -> ObservedPod {
+        let mut p = crate::engine::pods::test_support::pod(name, revision, 1);
+        p.created = Timestamp::from_second(1_000 - age).unwrap();
+        if !ready {
+            p.ready_since = None;
+        }
+        p
+    }
+
+    fn victims(p: &Plan) -> Vec<(&str, DeleteReason)> {
+        p.delete
+            .iter()
+            .map(|v| (v.name.as_str(), v.reason))
+            .collect()
+    }
+
+    #[test]
+    fn scale_down_takes_a_replica_instead_of_the_primary() {
+        let pods: Vec<ObservedPod> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| observed(n, "h1", true, i as i64))
+            .collect();
+        let d = Desired {
+            replicas: 1,
+            revision: "h1".into(),
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+        };
+        let now = Timestamp::from_second(10_000).unwrap();
+        for primary in ["a", "b", "c"] {
+            let mut p = plan(&d, &pods, now);
+            assert_eq!(p.delete.len(), 2);
+            assert!(!spare_primary(&mut p, &pods, primary, "h1"));
+            assert_eq!(p.delete.len(), 2, "still two go");
+            assert!(
+                p.delete.iter().all(|v| v.name != primary),
+                "{primary} kept: {:?}",
+                victims(&p)
+            );
+        }
+        // Scaling to zero takes the primary with the others.
+        let zero = Desired {
+            replicas: 0,
+            ..d.clone()
+        };
+        let mut p = plan(&zero, &pods, now);
+        assert!(!spare_primary(&mut p, &pods, "a", "h1"));
+        assert_eq!(p.delete.len(), 3);
+    }
+
+    #[test]
+    fn rollout_replaces_replicas_first_and_holds_the_primary_back_last() {
+        let now = Timestamp::from_second(10_000).unwrap();
+        let d = Desired {
+            replicas: 3,
+            revision: "h2".into(),
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+        };
+        // One new Pod is Ready: one old Pod may go; the engine's order may
+        // pick the primary, but a replica goes instead.
+        let mut pods = vec![
+            observed("old-a", "h1", true, 30),
+            observed("old-b", "h1", true, 20),
+            observed("old-c", "h1", true, 10),
+            observed("new-1", "h2", true, 1),
+        ];
+        for primary in ["old-a", "old-b", "old-c"] {
+            let mut p = plan(&d, &pods, now);
+            assert_eq!(p.delete.len(), 1);
+            assert!(!spare_primary(&mut p, &pods, primary, "h2"));
+            assert_eq!(p.delete.len(), 1);
+            assert_ne!(p.delete[0].name, primary);
+            assert_eq!(p.delete[0].reason, DeleteReason::Outdated);
+        }
+        // Only the primary is left on the old template: it is held back,
+        // to be handed over first.
+        pods.retain(|p| p.name == "old-a" || p.name.starts_with("new"));
+        pods.push(observed("new-2", "h2", true, 1));
+        pods.push(observed("new-3", "h2", true, 1));
+        let mut p = plan(&d, &pods, now);
+        assert_eq!(victims(&p), [("old-a", DeleteReason::Outdated)]);
+        assert!(spare_primary(&mut p, &pods, "old-a", "h2"));
+        assert!(p.delete.is_empty());
+        // Not the primary: untouched.
+        let mut p = plan(&d, &pods, now);
+        assert!(!spare_primary(&mut p, &pods, "new-1", "h2"));
+        assert_eq!(victims(&p), [("old-a", DeleteReason::Outdated)]);
+    }
+
+    #[test]
+    fn services_select_the_primary_and_the_replicas_on_the_spec_port() {
+        let mut r = redis(7000, "redis:7");
+        r.metadata.uid = Some("uid-cache".into());
+        let owner = Owner::of(&r, "Redis");
+        let services = desired_services(&r, &owner);
+        let got: Vec<(String, String, i32)> = services
+            .iter()
+            .map(|s| {
+                let spec = s.spec.as_ref().unwrap();
+                (
+                    s.name_any(),
+                    spec.selector.as_ref().unwrap()[ROLE_LABEL].clone(),
+                    spec.ports.as_ref().unwrap()[0].port,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("cache".to_string(), "primary".to_string(), 7000),
+                ("cache-replicas".to_string(), "replica".to_string(), 7000)
+            ]
+        );
+        for s in &services {
+            let sel = s.spec.as_ref().unwrap().selector.as_ref().unwrap();
+            assert_eq!(sel[INSTANCE_LABEL], "cache");
+            assert_eq!(s.owner_references()[0].uid, "uid-cache");
+        }
+    }
+
+    #[test]
+    fn password_comes_from_the_secret_and_config_is_checked() {
+        let mut r = redis(6379, "redis:7");
+        r.spec.auth = Some(crate::crd::redis::AuthSpec {
+            secret_name: "pw".into(),
+            key: "password".into(),
+        });
+        r.spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(
+                [(
+                    "memory".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("100Mi".into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        });
+        let t = tmpl(&r);
+        let spec = t.spec.as_ref().unwrap();
+        let c = &spec.containers[0];
+        let env = &c.env.as_ref().unwrap()[0];
+        assert_eq!(env.name, PASSWORD_ENV);
+        assert!(env.value.is_none(), "the password is not in the Pod spec");
+        let sel = env
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("pw", "password"));
+        assert_eq!(c.command.as_ref().unwrap(), &["sh".to_string()]);
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(
+            args.contains("--maxmemory 78643200"),
+            "75 % of 100Mi: {args}"
+        );
+        let spread = spec.topology_spread_constraints.as_ref().unwrap();
+        assert_eq!(
+            spread
+                .iter()
+                .map(|s| (s.topology_key.as_str(), s.when_unsatisfiable.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("kubernetes.io/hostname", "DoNotSchedule"),
+                ("topology.kubernetes.io/zone", "ScheduleAnyway")
+            ]
+        );
+        r.spec.config = [("replicaof".to_string(), "10.0.0.1 6379".to_string())].into();
+        let err = r.pod_set().unwrap_err();
+        assert!(err.contains("replicaof"), "{err}");
+    }
+
+    #[test]
+    fn ready_needs_replication_as_well_as_ready_pods() {
+        let r = redis(6379, "redis:7");
+        let rev = revision_of(&tmpl(&r));
+        let pods: Vec<ObservedPod> = ["a", "b", "c"]
+            .iter()
+            .map(|n| observed(n, &rev, true, 1))
+            .collect();
+        let now = Timestamp::from_second(10_000).unwrap();
+        let d = Desired {
+            replicas: 3,
+            revision: rev,
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+        };
+        let p = plan(&d, &pods, now);
+        let waiting = Replication {
+            condition: Some((false, "NoPrimary", "no member answers".into())),
+            ..Default::default()
+        };
+        let s = desired_status(&r, &report(&p, None, &waiting, now));
+        let ready = conditions::find(&s.conditions, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "NotReplicated")
+        );
+        assert!(ready.message.contains("no member answers"));
+        let done = Replication {
+            primary: Some(PrimaryStatus {
+                pod: "a".into(),
+                run_id: "x".into(),
+            }),
+            condition: Some((true, "Replicated", "a is primary".into())),
+            ..Default::default()
+        };
+        let s = desired_status(&r, &report(&p, None, &done, now));
+        let ready = conditions::find(&s.conditions, "Ready").unwrap();
+        assert_eq!(ready.status, "True");
+        assert_eq!(s.primary.unwrap().pod, "a");
+        let repl = conditions::find(&s.conditions, "Replicated").unwrap();
+        assert_eq!(repl.status, "True");
     }
 
     #[test]
@@ -302,19 +744,20 @@ mod tests {
         let r = redis(6379, "redis:7");
         let pods = vec![crate::engine::pods::test_support::pod(
             "a",
-            &revision_of(&pod_template(&r)),
+            &revision_of(&tmpl(&r)),
             1,
         )];
         let now = Timestamp::from_second(10_000).unwrap();
         let d = Desired {
             replicas: 3,
-            revision: revision_of(&pod_template(&r)),
+            revision: revision_of(&tmpl(&r)),
             strategy: ROLLOUT,
             min_ready_seconds: 0,
             paused: false,
         };
         let p = plan(&d, &pods, now);
-        let s = desired_status(&r, &report(&p, None, now));
+        let repl = Replication::default();
+        let s = desired_status(&r, &report(&p, None, &repl, now));
         assert_eq!(
             (s.replicas, s.ready_replicas, s.updated_replicas),
             (1, 1, 1)
@@ -339,7 +782,7 @@ mod tests {
         r2.status = Some(s.clone());
         let later = Timestamp::from_second(20_000).unwrap();
         assert_eq!(
-            desired_status(&r2, &report(&plan(&d, &pods, later), None, later)),
+            desired_status(&r2, &report(&plan(&d, &pods, later), None, &repl, later)),
             s
         );
         // A refused create shows, and clears once a step succeeds.
@@ -347,7 +790,7 @@ mod tests {
             reason: "FailedCreate",
             message: "exceeded quota".into(),
         };
-        let failed = desired_status(&r2, &report(&p, Some(&refused), later));
+        let failed = desired_status(&r2, &report(&p, Some(&refused), &repl, later));
         let rf = conditions::find(&failed.conditions, "ReplicaFailure").unwrap();
         assert_eq!(
             (rf.status.as_str(), rf.reason.as_str()),
@@ -355,7 +798,7 @@ mod tests {
         );
         let mut r3 = r2.clone();
         r3.status = Some(failed);
-        let healed = desired_status(&r3, &report(&p, None, later));
+        let healed = desired_status(&r3, &report(&p, None, &repl, later));
         let rf = conditions::find(&healed.conditions, "ReplicaFailure").unwrap();
         assert_eq!(rf.status, "False");
     }

@@ -77,7 +77,7 @@ pub fn is_subset(want: &Value, have: &Value) -> bool {
 }
 
 /// The live Service still says what podkeeper applied.
-fn service_in_sync(want: &Service, live: &Service) -> bool {
+pub fn service_in_sync(want: &Service, live: &Service) -> bool {
     let (Ok(w), Ok(h)) = (serde_json::to_value(want), serde_json::to_value(live)) else {
         return false;
     };
@@ -132,12 +132,14 @@ pub type Network = Option<ServiceStatus>;
 
 impl Extras<Application> for ServiceExtras {
     type Report = Network;
+    type Steer = ();
 
     async fn apply(
         &self,
         app: &Application,
         ctx: &Context,
         owner: &Owner,
+        _: (),
     ) -> (Network, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
         let live = live_service(&self.services, owner);

@@ -95,6 +95,25 @@ mod tests {
         }
     }
 
+    /// The CEL rule refuses exactly the directives podkeeper owns.
+    #[test]
+    fn config_rule_lists_every_owned_directive() {
+        let owned: Vec<&str> = crate::replication::config::owned_directives().collect();
+        let listed: Vec<&str> = redis::OWNED_CONFIG_RULE
+            .split('[')
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .split(", ")
+            .map(|s| s.trim_matches('\''))
+            .collect();
+        assert_eq!(listed, owned);
+        let yaml = serde_yaml_ng::to_string(&Redis::crd()).unwrap();
+        assert!(yaml.contains("lowerAscii"), "the rule is in the CRD");
+    }
+
     #[test]
     fn redis_crd_has_subresources_columns_and_docs() {
         let crd = Redis::crd();
@@ -113,7 +132,10 @@ mod tests {
             .iter()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(columns, ["Desired", "Ready", "Image", "Port", "Age"]);
+        assert_eq!(
+            columns,
+            ["Desired", "Ready", "Primary", "Image", "Port", "Age"]
+        );
         let yaml = serde_yaml_ng::to_string(&crd).unwrap();
         assert!(yaml.contains("from 1234 to 54321"));
         assert_eq!(

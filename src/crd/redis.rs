@@ -1,9 +1,13 @@
 //! `Redis`: a number of redis-server Pods managed directly by podkeeper.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
+
+pub use crate::replication::api::{AuthSpec, FailoverSpec, MemberStatus, PrimaryStatus};
 
 /// Longest Redis name: Pods are named `<name>-<5 characters>` and must stay
 /// valid DNS labels (63 characters), usable as host names.
@@ -12,9 +16,10 @@ pub const MAX_NAME_LENGTH: usize = 57;
 pub const MAX_REPLICAS: i32 = 1000;
 pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
 
-/// A set of redis-server Pods, created, healed, scaled and rolled by
-/// podkeeper directly (no Deployment, ReplicaSet or StatefulSet). Deleting a
-/// Redis deletes its Pods first; the Redis disappears last.
+/// A primary redis-server and its replicas on bare Pods, created, healed,
+/// scaled and rolled by podkeeper directly (no Deployment, ReplicaSet or
+/// StatefulSet, no Sentinel). Deleting a Redis deletes its Services and Pods
+/// first; the Redis disappears last.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "podkeeper.dev",
@@ -27,6 +32,7 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
     category = "podkeeper",
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary.pod"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
     printcolumn(name = "Port", type_ = "integer", json_path = ".spec.port"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
@@ -63,6 +69,42 @@ pub struct RedisSpec {
     /// When the kubelet pulls the image: Always, IfNotPresent or Never.
     #[serde(default)]
     pub image_pull_policy: PullPolicy,
+
+    /// The password of every member (clients and replicas use it): a key of
+    /// a Secret in this namespace. Without it, redis-server asks for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self.secretName) <= 253 && self.secretName.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.auth.secretName must be a Secret name (a DNS subdomain)"))]
+    #[x_kube(validation = Rule::new("size(self.key) >= 1 && size(self.key) <= 253 && self.key.matches('^[-._a-zA-Z0-9]+$')").message("spec.auth.key must be a Secret key (letters, digits, '-', '_', '.')"))]
+    pub auth: Option<AuthSpec>,
+
+    /// redis.conf directives, name to value (`maxmemory-policy:
+    /// allkeys-lru`). The directives podkeeper sets itself (replicaof, port,
+    /// bind, requirepass, masterauth, dir, ...) are refused. `maxmemory`
+    /// defaults to 75 % of the memory limit; persistence is off unless set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "config_schema")]
+    #[x_kube(validation = Rule::new(OWNED_CONFIG_RULE).message(OWNED_CONFIG_MESSAGE))]
+    #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9][-A-Za-z0-9]*$'))").message("spec.config: directive names are letters, digits and '-'"))]
+    pub config: BTreeMap<String, String>,
+
+    /// When to fail over, and how long a planned switchover may pause writes.
+    #[serde(default)]
+    pub failover: FailoverSpec,
+}
+
+/// The CEL rule that refuses directives podkeeper owns (the same list as
+/// [`crate::replication::config::owned_directives`]; a unit test checks).
+pub const OWNED_CONFIG_RULE: &str = "self.all(k, !(k.lowerAscii() in ['replicaof', 'slaveof', 'port', 'bind', 'bind-source-addr', 'protected-mode', 'requirepass', 'masterauth', 'masteruser', 'dir', 'include', 'daemonize', 'supervised', 'logfile', 'replica-announce-ip', 'replica-announce-port', 'slave-announce-ip', 'slave-announce-port']))";
+pub const OWNED_CONFIG_MESSAGE: &str = "spec.config must not set replicaof, slaveof, port, bind, bind-source-addr, protected-mode, requirepass, masterauth, masteruser, dir, include, daemonize, supervised, logfile or the announce addresses: podkeeper sets them (use spec.port and spec.auth)";
+
+/// At most 64 directives of at most 1024 characters each (keeps the CEL
+/// rules' cost bounded).
+fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 64,
+        "additionalProperties": {"type": "string", "maxLength": 1024}
+    })
 }
 
 /// Image pull policy of the redis container.
@@ -115,7 +157,13 @@ pub struct RedisStatus {
     /// Label selector of the Pods, in string form (for the scale subresource).
     #[serde(default)]
     pub selector: String,
-    /// Ready, Progressing and ReplicaFailure.
+    /// Ready, Progressing, ReplicaFailure and Replicated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The primary podkeeper chose: its Pod and its redis-server run_id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<PrimaryStatus>,
+    /// Each member's role and replication state, by Pod name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
 }

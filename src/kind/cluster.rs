@@ -13,7 +13,11 @@ use super::{Error, docker, versions as v};
 
 /// kind's cluster configuration: one control plane, `workers` workers, no
 /// default CNI, kubeadm pointed at the preloaded images, and the kubelet
-/// allowed to run on cgroup v1 (kubelet 1.37 refuses it by default).
+/// allowed to run on cgroup v1 (kubelet 1.37 refuses it by default) and to
+/// run up to 250 Pods (its /24 Pod CIDR has 254 addresses; the default is
+/// 110, which the test suite's many small Pods reach), with kubeadm's
+/// timeouts raised: on a loaded 2-core machine the API server can take more
+/// than kubeadm's default minute to answer.
 pub fn kind_config(workers: u32) -> String {
     let mut nodes = String::from("- role: control-plane\n");
     for _ in 0..workers {
@@ -35,14 +39,21 @@ nodes:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
+  maxPods: 250
 - |
   kind: InitConfiguration
   nodeRegistration:
     imagePullPolicy: Never
+  timeouts:
+    controlPlaneComponentHealthCheck: 10m0s
+    kubernetesAPICall: 5m0s
 - |
   kind: JoinConfiguration
   nodeRegistration:
     imagePullPolicy: Never
+  timeouts:
+    kubernetesAPICall: 5m0s
+    tlsBootstrap: 10m0s
 ",
         repo = v::CLUSTER_IMAGE_REPOSITORY,
         etcd = v::etcd_tag(),

@@ -1,6 +1,6 @@
-//! The CRD additions this module needs, as plain Rust types to be added to
-//! `RedisSpec`/`RedisStatus` when the replication is wired in. Kept out of
-//! `src/crd` until then, so that the generated CRDs do not change yet.
+//! The CRD types this module needs; `RedisSpec`/`RedisStatus`
+//! (`src/crd/redis.rs`) use `AuthSpec`, `FailoverSpec`, `PrimaryStatus` and
+//! `MemberStatus` from here.
 
 use std::collections::BTreeMap;
 

@@ -58,6 +58,12 @@ const OWNED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The names of the directives podkeeper sets itself (the CRD's CEL rule
+/// refuses the same list).
+pub fn owned_directives() -> impl Iterator<Item = &'static str> {
+    OWNED.iter().map(|(name, _)| *name)
+}
+
 /// Directives (or prefixes, ending in `-`) podkeeper does not support.
 const UNSUPPORTED: &[(&str, &str)] = &[
     (

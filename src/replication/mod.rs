@@ -1,6 +1,6 @@
 //! Redis replication: one primary, the other Pods its replicas, driven by
-//! the operator (no Sentinel). Groundwork of issue 13; not yet wired into
-//! the Redis controller (that waits for the generic Pod-set reconciler).
+//! the operator (no Sentinel), issue 13. The Redis kind calls it from
+//! [`crate::controller::redis_replication`] on every reconcile.
 //!
 //! - [`info`]: parsing `INFO replication` / `INFO server`.
 //! - [`client`]: one connection per Pod (IP and port), with timeouts and an

@@ -380,6 +380,17 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
     }
 }
 
+/// On a cluster that outlives the test binary (kind), a test that passed
+/// removes its namespace, so that Pods do not pile up across runs (a failed
+/// test's stays, to be looked at). The local cluster dies with the binary.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if cluster()._dev.is_none() && !std::thread::panicking() {
+            let _ = kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        }
+    }
+}
+
 impl TestEnv {
     /// Starts an operator process watching only this namespace, with the
     /// ServiceAccount's credentials.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
 use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
@@ -93,18 +93,14 @@ fn ready_condition(r: &Redis) -> (String, String, String) {
 }
 
 #[tokio::test]
-async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
+async fn redis_answers_ping_on_spec_port_and_replicates_over_the_pod_network() {
     let env = TestEnv::new("kind-redis-ping").await;
     create_redis(&env, "cache", 2, 7001).await;
+    let primary = primary_of(&settled(&env, "cache", 2).await);
     let pods = ready_pods(&env, "cache", 2).await;
     for pod in &pods {
         let name = pod.name_any();
         assert_eq!(redis_cli(&env, &name, 7001, &["ping"]), "PONG");
-        assert_eq!(
-            redis_cli(&env, &name, 7001, &["set", "greeting", &name]),
-            "OK"
-        );
-        assert_eq!(redis_cli(&env, &name, 7001, &["get", "greeting"]), name);
         // Nothing listens on the default port: the operator passed spec.port.
         let (ok, out) = exec(&env, &name, &["redis-cli", "-p", "6379", "ping"]);
         assert!(
@@ -112,14 +108,21 @@ async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
             "6379 should be closed: {out}"
         );
     }
-    // Each Pod is its own server: another Pod reaches the first one over
-    // the Pod network and reads what was written there.
-    let first = pods[0].name_any();
-    let ip = pods[0].status.as_ref().unwrap().pod_ip.clone().unwrap();
-    let second = pods[1].name_any();
+    // The replica reaches the primary over the Pod network and has what
+    // was written there.
     assert_eq!(
-        redis_cli(&env, &second, 7001, &["-h", &ip, "get", "greeting"]),
-        first
+        redis_cli(&env, &primary, 7001, &["set", "greeting", &primary]),
+        "OK"
+    );
+    assert_eq!(redis_cli(&env, &primary, 7001, &["wait", "1", "5000"]), "1");
+    let replica = pods
+        .iter()
+        .map(|p| p.name_any())
+        .find(|n| *n != primary)
+        .unwrap();
+    assert_eq!(
+        redis_cli(&env, &replica, 7001, &["get", "greeting"]),
+        primary
     );
 }
 
@@ -127,6 +130,7 @@ async fn redis_answers_ping_on_spec_port_and_set_get_round_trips() {
 async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so() {
     let env = TestEnv::new("kind-redis-readiness").await;
     create_redis(&env, "probe", 1, 6380).await;
+    settled(&env, "probe", 1).await;
     let pods = ready_pods(&env, "probe", 1).await;
     let pod = pods[0].name_any();
     let redis: Api<Redis> = env.api();
@@ -198,6 +202,7 @@ async fn redis_runs_under_restricted_pod_security_with_a_read_only_root_and_writ
     );
 
     create_redis(&env, "locked", 1, 6379).await;
+    settled(&env, "locked", 1).await;
     let pods = ready_pods(&env, "locked", 1).await;
     let pod = pods[0].name_any();
     let (ok, out) = exec(&env, &pod, &["touch", "/etc/podkeeper-was-here"]);
@@ -251,6 +256,15 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
     let env = TestEnv::new("kind-operator").await;
     let client = env.client.clone();
 
+    // Two replicas, as deployed (a run stopped mid-test may have left one).
+    let (ok, _, err) = kubectl(&[
+        "scale",
+        "deployment/podkeeper",
+        "-n",
+        OPERATOR_NS,
+        "--replicas=2",
+    ]);
+    assert!(ok, "{err}");
     // Both replicas Ready: their readiness probe is /readyz.
     let pods = wait_for("two Ready operator Pods", TIMEOUT, || async {
         let pods = operator_pods(&client).await;
@@ -289,13 +303,44 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         .find(|n| *n != leader)
         .unwrap();
 
+    // Delete the leader's Pod so that no replacement races the standby for
+    // the Lease: the Deployment scales to one replica, and the lowest
+    // pod-deletion-cost makes the leader's Pod the one removed.
     let lease: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NS);
     assert!(lease.get("podkeeper-leader").await.is_ok());
+    for (pod, cost) in [(&leader, "-100"), (&standby, "100")] {
+        let (ok, _, err) = kubectl(&[
+            "annotate",
+            "pod",
+            "-n",
+            OPERATOR_NS,
+            pod,
+            "--overwrite",
+            &format!("controller.kubernetes.io/pod-deletion-cost={cost}"),
+        ]);
+        assert!(ok, "{err}");
+    }
+    let scale = |replicas: &str| {
+        let (ok, _, err) = kubectl(&[
+            "scale",
+            "deployment/podkeeper",
+            "-n",
+            OPERATOR_NS,
+            &format!("--replicas={replicas}"),
+        ]);
+        assert!(ok, "{err}");
+    };
+    scale("1");
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
-    pods_api
-        .delete(&leader, &DeleteParams::default())
-        .await
-        .unwrap();
+    wait_for("the leader's Pod to go", TIMEOUT, || async {
+        pods_api
+            .get_opt(&leader)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let new_leader = wait_for("the standby to lead", TIMEOUT, || async {
         leader_pod().filter(|l| *l != leader)
     })
@@ -314,6 +359,7 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         ok && out.contains("became the leader"),
         "standby log: {out}"
     );
+    scale("2");
     let metrics = scrape(&standby);
     assert!(
         metrics.contains(
@@ -401,4 +447,335 @@ async fn the_application_sample_serves_http_through_its_service() {
         response.contains("podkeeper.dev/httpd"),
         "response: {response}"
     );
+}
+
+// ---- Replication (issue 13), on real redis-server Pods ----
+
+/// A Redis with `replicas` members, a `sleep` client Pod running the same
+/// image (it has redis-cli), and the primary Service's DNS name.
+async fn replicated(env: &TestEnv, name: &str, replicas: i32) -> String {
+    create_redis(env, name, replicas, 6379).await;
+    let (ok, _, err) = env.kubectl(&[
+        "run",
+        "client",
+        "--image",
+        REDIS_IMAGE,
+        "--restart=Never",
+        "--command",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    assert!(ok, "client Pod: {err}");
+    let pods: Api<Pod> = env.api();
+    wait_for("the client Pod", TIMEOUT, || async {
+        pods.get("client").await.ok().filter(is_ready)
+    })
+    .await;
+    settled(env, name, replicas as usize).await;
+    format!("{name}.{}.svc.cluster.local", env.namespace)
+}
+
+/// Waits until the Redis is Ready (a primary accepting writes, every
+/// replica linked) with `n` members; returns it.
+async fn settled(env: &TestEnv, name: &str, n: usize) -> Redis {
+    let redis: Api<Redis> = env.api();
+    wait_for(
+        &format!("{name}: Ready with {n} members"),
+        TIMEOUT,
+        || async {
+            let r = redis.get(name).await.ok()?;
+            let s = r.status.as_ref()?;
+            let ready = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (ready
+                && s.primary.is_some()
+                && s.members.len() == n
+                && s.observed_generation == r.metadata.generation)
+                .then_some(r)
+        },
+    )
+    .await
+}
+
+fn primary_of(r: &Redis) -> String {
+    r.status
+        .as_ref()
+        .unwrap()
+        .primary
+        .as_ref()
+        .unwrap()
+        .pod
+        .clone()
+}
+
+/// redis-cli in the client Pod against `host`.
+fn cli(env: &TestEnv, host: &str, command: &[&str]) -> (bool, String) {
+    let mut args = vec!["redis-cli", "-h", host, "-p", "6379"];
+    args.extend_from_slice(command);
+    exec(env, "client", &args)
+}
+
+fn role_of(env: &TestEnv, pod: &str) -> String {
+    let out = redis_cli(env, pod, 6379, &["role"]);
+    out.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn replication_one_primary_linked_replicas_and_services_that_follow_roles() {
+    let env = TestEnv::new("kind-repl").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let r = redis.get("kv").await.unwrap();
+    let primary = primary_of(&r);
+    let s = r.status.as_ref().unwrap();
+    for m in &s.members {
+        if m.pod == primary {
+            assert_eq!(
+                (m.role.as_str(), m.link_status.as_str()),
+                ("primary", "primary")
+            );
+        } else {
+            assert_eq!((m.role.as_str(), m.link_status.as_str()), ("replica", "up"));
+        }
+    }
+    assert_eq!(role_of(&env, &primary), "master");
+    // Writes through the primary Service reach every replica.
+    let (ok, out) = cli(&env, &host, &["set", "greeting", "hello"]);
+    assert!(ok && out.trim() == "OK", "{out}");
+    let (_, out) = cli(&env, &host, &["wait", "2", "5000"]);
+    assert_eq!(out.trim(), "2", "both replicas acknowledged");
+    let replicas_host = format!("kv-replicas.{}.svc.cluster.local", env.namespace);
+    let (ok, out) = cli(&env, &replicas_host, &["get", "greeting"]);
+    assert!(ok && out.trim() == "hello", "{out}");
+    let (_, out) = cli(&env, &replicas_host, &["set", "x", "1"]);
+    assert!(out.contains("READONLY"), "replicas refuse writes: {out}");
+    // Spread: two workers, three Pods, no node with all of them.
+    let pods = ready_pods(&env, "kv", 3).await;
+    let mut nodes: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 2, "spread over both workers");
+}
+
+#[tokio::test]
+async fn kill_9_of_the_primary_promotes_a_replica_and_writes_go_through_the_service() {
+    let env = TestEnv::new("kind-repl-kill").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let old = primary_of(&redis.get("kv").await.unwrap());
+    let (ok, out) = cli(&env, &host, &["set", "before", "1"]);
+    assert!(ok && out.trim() == "OK", "{out}");
+    let (_, out) = cli(&env, &host, &["wait", "1", "5000"]);
+    assert_ne!(out.trim(), "0", "acknowledged by a replica");
+    kill_9(&env, &old);
+    let started = std::time::Instant::now();
+    let elapsed = wait_for("writes accepted through the Service", TIMEOUT, || async {
+        let (ok, out) = cli(&env, &host, &["set", "after", "2"]);
+        (ok && out.trim() == "OK").then(|| started.elapsed())
+    })
+    .await;
+    let new = primary_of(&settled(&env, "kv", 3).await);
+    eprintln!("kill -9 -> writes accepted after {elapsed:?}; new primary {new}");
+    let (_, out) = cli(&env, &host, &["get", "before"]);
+    assert_eq!(out.trim(), "1", "the acknowledged write survived");
+    // The old Pod (its container restarted empty) rejoined as a replica,
+    // or the new primary is another Pod.
+    let r = settled(&env, "kv", 3).await;
+    let primaries: Vec<_> = r
+        .status
+        .as_ref()
+        .unwrap()
+        .members
+        .iter()
+        .filter(|m| m.role == "primary")
+        .collect();
+    assert_eq!(primaries.len(), 1, "one primary");
+}
+
+/// SIGKILL of the Pod's redis-server, from its node (inside the container
+/// it is pid 1, which ignores signals sent from its own namespace).
+fn kill_9(env: &TestEnv, pod: &str) {
+    let (ok, out, err) = env.kubectl(&[
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.spec.nodeName} {.status.containerStatuses[0].containerID}",
+    ]);
+    assert!(ok, "{err}");
+    let (node, id) = out.trim().split_once(' ').unwrap();
+    let id = id.trim_start_matches("containerd://");
+    let pid = std::process::Command::new("docker")
+        .args([
+            "exec",
+            node,
+            "crictl",
+            "inspect",
+            "--output",
+            "go-template",
+            "--template",
+            "{{.info.pid}}",
+            id,
+        ])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
+    assert!(!pid.is_empty(), "no pid for {pod}");
+    let status = std::process::Command::new("docker")
+        .args(["exec", node, "kill", "-9", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid} on {node}");
+}
+
+#[tokio::test]
+async fn a_deleted_primary_pod_fails_over_and_its_successor_rejoins_as_a_replica() {
+    let env = TestEnv::new("kind-repl-delete").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let old = primary_of(&redis.get("kv").await.unwrap());
+    let (ok, _) = cli(&env, &host, &["set", "k", "v"]);
+    assert!(ok);
+    let (_, out) = cli(&env, &host, &["wait", "2", "5000"]);
+    assert_eq!(out.trim(), "2");
+    let (ok, out, err) = env.kubectl(&["delete", "pod", &old, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    let r = wait_for("a new primary, 3 members again", TIMEOUT, || async {
+        let r = settled(&env, "kv", 3).await;
+        (primary_of(&r) != old && r.status.as_ref()?.members.iter().all(|m| m.pod != old))
+            .then_some(r)
+    })
+    .await;
+    let new = primary_of(&r);
+    assert_eq!(role_of(&env, &new), "master");
+    let (_, out) = cli(&env, &host, &["get", "k"]);
+    assert_eq!(out.trim(), "v");
+    for m in &r.status.as_ref().unwrap().members {
+        if m.pod != new {
+            assert_eq!(
+                role_of(&env, &m.pod),
+                "slave",
+                "{} rejoined as a replica",
+                m.pod
+            );
+            assert_eq!(redis_cli(&env, &m.pod, 6379, &["get", "k"]), "v");
+        }
+    }
+}
+
+#[tokio::test]
+async fn scale_3_to_1_keeps_the_primary_and_its_keys() {
+    let env = TestEnv::new("kind-repl-scale").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let primary = primary_of(&redis.get("kv").await.unwrap());
+    for i in 0..100 {
+        let k = format!("k{i}");
+        let (ok, _) = cli(&env, &host, &["set", &k, &k]);
+        assert!(ok);
+    }
+    redis
+        .patch(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let pods = ready_pods(&env, "kv", 1).await;
+    assert_eq!(pods[0].name_any(), primary, "the primary stayed");
+    let r = settled(&env, "kv", 1).await;
+    assert_eq!(primary_of(&r), primary);
+    let (_, out) = cli(&env, &host, &["dbsize"]);
+    assert_eq!(out.trim(), "100", "every key kept");
+}
+
+#[tokio::test]
+async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledged_write() {
+    let env = TestEnv::new("kind-repl-rollout").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let r = redis.get("kv").await.unwrap();
+    let old_primary = primary_of(&r);
+    let old_pods: Vec<String> = ready_pods(&env, "kv", 3)
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    // A writer in the client Pod: SET then WAIT 1 on one connection; keys
+    // whose WAIT returned 1 or more are acknowledged. It runs until
+    // /tmp/stop exists.
+    let script = format!(
+        "i=0; rm -f /tmp/acked /tmp/stop; while [ ! -e /tmp/stop ]; do i=$((i+1)); \
+         out=$(printf 'SET w%d %d\\r\\nWAIT 1 2000\\r\\n' $i $i | timeout 5 redis-cli -h {host} -p 6379 2>/dev/null | tr -d '\\r'); \
+         case \"$out\" in OK*[1-9]*) echo w$i >> /tmp/acked;; esac; done; echo $i > /tmp/total"
+    );
+    let mut writer = std::process::Command::new("kubectl")
+        .env(
+            "KUBECONFIG",
+            std::env::var("PODKEEPER_TEST_KUBECONFIG").unwrap_or_default(),
+        )
+        .args([
+            "-n",
+            &env.namespace,
+            "exec",
+            "client",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    wait_for("acknowledged writes", TIMEOUT, || async {
+        let (ok, out) = exec(&env, "client", &["sh", "-c", "wc -l < /tmp/acked"]);
+        (ok && out.trim().parse::<u32>().unwrap_or(0) >= 20).then_some(())
+    })
+    .await;
+    // A template change (a config directive) rolls every Pod.
+    redis
+        .patch(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"maxmemory-policy": "allkeys-lru"}}})),
+        )
+        .await
+        .unwrap();
+    let r = wait_for(
+        "the rollout to finish",
+        Duration::from_secs(300),
+        || async {
+            let r = settled(&env, "kv", 3).await;
+            let s = r.status.as_ref()?;
+            let pods = ready_pods(&env, "kv", 3).await;
+            (s.updated_replicas == 3 && pods.iter().all(|p| !old_pods.contains(&p.name_any())))
+                .then_some(r)
+        },
+    )
+    .await;
+    assert_ne!(primary_of(&r), old_primary);
+    let (ok, _) = exec(&env, "client", &["touch", "/tmp/stop"]);
+    assert!(ok);
+    let _ = writer.wait();
+    let (_, acked) = exec(
+        &env,
+        "client",
+        &["sh", "-c", "wc -l < /tmp/acked; cat /tmp/total"],
+    );
+    let check = format!(
+        "n=0; for k in $(cat /tmp/acked); do v=$(redis-cli -h {host} -p 6379 get $k); \
+         [ \"$v\" = \"${{k#w}}\" ] || n=$((n+1)); done; echo $n"
+    );
+    let (ok, lost) = exec(&env, "client", &["sh", "-c", &check]);
+    assert!(ok, "{lost}");
+    eprintln!("rollout: acknowledged/total {acked:?}, lost {lost}");
+    assert_eq!(lost.trim(), "0", "acknowledged writes lost");
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/kv"]);
+    assert!(ok && out.contains("SwitchingOver"), "{out}");
 }

@@ -12,6 +12,7 @@ mod kind;
 mod leader;
 mod proxy;
 mod redis;
+mod redis_wiring;
 mod reliability;
 mod ship;
 mod transients;

@@ -1,0 +1,551 @@
+//! The Redis kind's [`Extras`]: replication and the two Services.
+//!
+//! Before the engine acts ([`Extras::steer`]), one round of
+//! [`crate::replication::act`]: the password from the Secret `spec.auth`
+//! names, every member observed at once (with timeouts), the planner, its
+//! commands (fences, the promotion, repoints, or a `FAILOVER`), the role
+//! labels moved, and the primary kept out of the engine's deletions until
+//! it has handed its role over. After ([`Extras::apply`]), the Services
+//! `<name>` and `<name>-replicas` are applied with server-side apply.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::podset::Extras;
+use super::redis::{desired_services, spare_primary};
+use super::service::service_in_sync;
+use super::{Context, Error, FIELD_MANAGER};
+use crate::crd::Redis;
+use crate::crd::redis::{MemberStatus, PrimaryStatus};
+use crate::engine::ObservedPod;
+use crate::engine::events::EventType;
+use crate::engine::executor::{Failure, Owner, api_message};
+use crate::engine::plan::Plan;
+use crate::replication::act::{self, Memory, PodRef};
+use crate::replication::api::ROLE_LABEL;
+use crate::replication::client::Timeouts;
+use crate::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
+
+/// How often to look again while no member answers at all.
+pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
+
+/// What the status shows of replication.
+#[derive(Clone, Debug, Default)]
+pub struct Replication {
+    pub primary: Option<PrimaryStatus>,
+    pub members: Vec<MemberStatus>,
+    /// The `Replicated` condition: status, reason, message; `None` when
+    /// nothing was observed this time.
+    pub condition: Option<(bool, &'static str, String)>,
+    /// When to look again.
+    pub requeue_after_seconds: Option<i64>,
+}
+
+/// Replication and the Services of every Redis.
+pub struct ReplicationExtras {
+    /// The Services podkeeper manages (label-selected watch cache).
+    pub services: Store<Service>,
+    /// Since when each member has been silent, per Redis uid.
+    silence: Mutex<HashMap<String, Arc<Memory>>>,
+    timeouts: Timeouts,
+}
+
+impl ReplicationExtras {
+    pub fn new(services: Store<Service>) -> Self {
+        ReplicationExtras {
+            services,
+            silence: Mutex::new(HashMap::new()),
+            // In-cluster round trips are sub-millisecond: a member that has
+            // not accepted a connection within a second is silent.
+            timeouts: Timeouts {
+                connect: Duration::from_secs(1),
+                command: Duration::from_secs(2),
+            },
+        }
+    }
+
+    fn silence(&self, uid: &str) -> Arc<Memory> {
+        self.silence
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(uid.to_string())
+            .or_default()
+            .clone()
+    }
+
+    fn forget(&self, uid: &str) {
+        self.silence
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+/// The member Pods as the replication module sees them. `retiring`: the
+/// Pods the engine is about to delete, and the primary if it is held back.
+pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef> {
+    let mut refs: Vec<PodRef> = pods
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .map(|p| {
+            let name = p.name_any();
+            let status = p.status.as_ref();
+            PodRef {
+                retiring: retiring.contains(&name),
+                pod: name,
+                ip: status
+                    .and_then(|s| s.pod_ip.clone())
+                    .filter(|ip| !ip.is_empty()),
+                port,
+                ready: status
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+                deleting: p.metadata.deletion_timestamp.is_some(),
+            }
+        })
+        .collect();
+    refs.sort_by(|a, b| a.pod.cmp(&b.pod));
+    refs
+}
+
+/// The role label changes to make, demotions first, so that the primary
+/// Service never selects two Pods because of us. Pure.
+pub fn label_changes(pods: &[Arc<Pod>], primary: Option<&str>) -> Vec<(String, &'static str)> {
+    let mut changes: Vec<(String, &'static str)> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let name = p.name_any();
+            let want = if primary == Some(name.as_str()) {
+                "primary"
+            } else {
+                "replica"
+            };
+            let have = p.labels().get(ROLE_LABEL).map(String::as_str);
+            (have != Some(want)).then_some((name, want))
+        })
+        .collect();
+    changes.sort_by_key(|(name, role)| (*role == "primary", name.clone()));
+    changes
+}
+
+fn settings(redis: &Redis) -> Settings {
+    let f = &redis.spec.failover;
+    Settings {
+        failover_after: Duration::from_secs(u64::from(f.after_seconds.max(1))),
+        switchover_timeout: Duration::from_secs(u64::from(f.switchover_timeout_seconds.max(1))),
+    }
+}
+
+/// The password `spec.auth` names, read with a GET (the operator may not
+/// list or watch Secrets).
+async fn password(redis: &Redis, ctx: &Context, namespace: &str) -> Result<Option<String>, String> {
+    let Some(auth) = &redis.spec.auth else {
+        return Ok(None);
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret = api.get(&auth.secret_name).await.map_err(|e| {
+        format!(
+            "cannot read Secret {}: {}",
+            auth.secret_name,
+            api_message(&e)
+        )
+    })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&auth.key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&auth.key))
+                .map(|s| s.clone().into_bytes())
+        })
+        .ok_or_else(|| format!("Secret {} has no key {}", auth.secret_name, auth.key))?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| format!("Secret {} key {} is not UTF-8", auth.secret_name, auth.key))
+}
+
+fn cause_text(cause: Cause) -> &'static str {
+    match cause {
+        Cause::NoRecord => "no primary was recorded",
+        Cause::PrimaryGone => "the primary's Pod is gone",
+        Cause::PrimaryRestarted => "the primary restarted with an empty dataset",
+        Cause::PrimaryUnreachable => "the primary did not answer",
+        Cause::PrimaryDemoted => "the recorded primary is a replica",
+    }
+}
+
+async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: Option<&str>) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    for (pod, role) in label_changes(pods, primary) {
+        let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
+        if let Err(e) = api
+            .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            // The next round tries again.
+            tracing::warn!(%pod, role, error = %e, "cannot label the Pod's role");
+        }
+    }
+}
+
+impl Extras<Redis> for ReplicationExtras {
+    type Report = Replication;
+    type Steer = Replication;
+
+    async fn steer(
+        &self,
+        redis: &Redis,
+        ctx: &Context,
+        owner: &Owner,
+        observed: &[ObservedPod],
+        plan: &mut Plan,
+    ) -> Replication {
+        let recorded = redis
+            .status
+            .as_ref()
+            .and_then(|s| s.primary.as_ref())
+            .map(|p| RecordedPrimary {
+                pod: p.pod.clone(),
+                run_id: p.run_id.clone(),
+            });
+        let current_revision = super::redis::pod_template(redis)
+            .ok()
+            .map(|t| crate::engine::hash::revision_of(&t))
+            .unwrap_or_default();
+        // The recorded primary is never deleted by the engine: another Pod
+        // goes instead, or it is handed over first.
+        let held_back = recorded
+            .as_ref()
+            .is_some_and(|r| spare_primary(plan, observed, &r.pod, &current_revision));
+        let mut retiring: Vec<String> = plan.delete.iter().map(|v| v.name.clone()).collect();
+        if held_back && let Some(r) = &recorded {
+            retiring.push(r.pod.clone());
+        }
+        let pods = ctx.owned_pods(&owner.namespace, &owner.reference.uid);
+        let password = match password(redis, ctx, &owner.namespace).await {
+            Ok(p) => p,
+            Err(message) => {
+                ctx.executor
+                    .event(
+                        owner,
+                        EventType::Warning,
+                        "AuthSecretUnreadable",
+                        "ReadSecret",
+                        message.clone(),
+                    )
+                    .await;
+                return Replication {
+                    primary: recorded.map(|r| PrimaryStatus {
+                        pod: r.pod,
+                        run_id: r.run_id,
+                    }),
+                    members: redis
+                        .status
+                        .as_ref()
+                        .map(|s| s.members.clone())
+                        .unwrap_or_default(),
+                    condition: Some((false, "AuthSecretUnreadable", message)),
+                    requeue_after_seconds: Some(5),
+                };
+            }
+        };
+        let port = u16::try_from(redis.spec.port).unwrap_or(6379);
+        let refs = pod_refs(&pods, port, &retiring);
+        let silence = self.silence(&owner.reference.uid);
+        let round = act::reconcile(
+            &refs,
+            recorded.as_ref(),
+            &settings(redis),
+            password.as_deref(),
+            self.timeouts,
+            &silence,
+            Timestamp::now(),
+        )
+        .await;
+
+        // A new primary (a failover) is kept out of the deletions too; while
+        // a FAILOVER is under way, nothing is deleted.
+        let primary = round.primary.as_ref().map(|p| p.pod.clone());
+        if let Some(p) = &primary
+            && recorded.as_ref().is_none_or(|r| &r.pod != p)
+        {
+            spare_primary(plan, observed, p, &current_revision);
+        }
+        if matches!(round.plan.waiting, Some(Waiting::SwitchoverInProgress)) {
+            plan.delete.clear();
+        }
+        if redis.spec.replicas > 0
+            && let Some(p) = &primary
+        {
+            plan.delete.retain(|v| &v.name != p);
+        }
+
+        for a in &round.outcome.done {
+            let note = match a {
+                Action::Promote { pod, .. } => Some((
+                    "Promoted",
+                    format!(
+                        "Promoted {pod} to primary: {}",
+                        round.plan.cause.map_or("no primary", cause_text)
+                    ),
+                )),
+                Action::Switchover { from, to, .. } => Some((
+                    "SwitchingOver",
+                    format!("Handing the primary role from {from} over to {to} (FAILOVER)"),
+                )),
+                Action::Replicate {
+                    pod,
+                    primary,
+                    why: crate::replication::topology::Why::Fence,
+                    ..
+                } => Some((
+                    "Fenced",
+                    format!("Made {pod}, a second primary, a replica of {primary}"),
+                )),
+                Action::Replicate { .. } => None,
+            };
+            if let Some((reason, note)) = note {
+                ctx.executor
+                    .event(owner, EventType::Normal, reason, "Replicate", note)
+                    .await;
+            }
+        }
+        if let Some(e) = &round.outcome.error {
+            tracing::warn!(error = %e, "replication command failed");
+        }
+        for (pod, e) in &round.silent {
+            tracing::debug!(%pod, error = %e, "member did not answer");
+        }
+
+        move_labels(ctx, owner, &pods, primary.as_deref()).await;
+
+        let condition = act::replicated_condition(&round.plan, &round.outcome);
+        // Nothing answers at all (no container yet, or no Redis behind the
+        // Pod IPs, as on kwok): nothing can be done until something does,
+        // and the Pod events of a container that starts or restarts bring
+        // the next reconcile; look less often.
+        let nobody = round.members.iter().all(|m| m.info().is_none());
+        let mut requeue = round.plan.requeue_after;
+        if nobody && !round.members.is_empty() {
+            requeue = requeue.max(SILENT_PERIOD);
+        }
+        let members = act::member_statuses(&round.members, primary.as_deref());
+        Replication {
+            primary: round.primary,
+            members,
+            condition: Some(condition),
+            requeue_after_seconds: Some(requeue.as_secs_f64().ceil().max(1.0) as i64),
+        }
+    }
+
+    async fn apply(
+        &self,
+        redis: &Redis,
+        ctx: &Context,
+        owner: &Owner,
+        steer: Replication,
+    ) -> (Replication, Option<Failure>) {
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for want in desired_services(redis, owner) {
+            let name = want.name_any();
+            let live = self.services.state().into_iter().find(|s| {
+                s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
+                    && s.name_any() == name
+                    && s.owner_references()
+                        .iter()
+                        .any(|r| r.uid == owner.reference.uid)
+            });
+            if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
+                continue;
+            }
+            match api.patch(&name, &params, &Patch::Apply(&want)).await {
+                Ok(_) => {
+                    let (reason, note) = if live.is_some() {
+                        ("ServiceUpdated", format!("Updated Service {name}"))
+                    } else {
+                        ("ServiceCreated", format!("Created Service {name}"))
+                    };
+                    ctx.executor
+                        .event(owner, EventType::Normal, reason, "ApplyService", note)
+                        .await;
+                }
+                Err(e) => {
+                    let message = format!("Error applying Service {name}: {}", api_message(&e));
+                    ctx.executor
+                        .event(
+                            owner,
+                            EventType::Warning,
+                            "FailedService",
+                            "ApplyService",
+                            message.clone(),
+                        )
+                        .await;
+                    return (
+                        steer,
+                        Some(Failure {
+                            reason: "FailedService",
+                            message,
+                        }),
+                    );
+                }
+            }
+        }
+        (steer, None)
+    }
+
+    fn kept(&self, redis: &Redis) -> Replication {
+        let status = redis.status.as_ref();
+        Replication {
+            primary: status.and_then(|s| s.primary.clone()),
+            members: status.map(|s| s.members.clone()).unwrap_or_default(),
+            condition: None,
+            requeue_after_seconds: None,
+        }
+    }
+
+    /// The Services first, to stop traffic: `Ok(true)` once they are gone.
+    async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
+        let live: Vec<Arc<Service>> = self
+            .services
+            .state()
+            .into_iter()
+            .filter(|s| {
+                s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
+                    && s.owner_references()
+                        .iter()
+                        .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
+            })
+            .collect();
+        if live.is_empty() {
+            self.forget(&owner.reference.uid);
+            return Ok(true);
+        }
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        for svc in live
+            .iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none())
+        {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: svc.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&svc.name_any(), &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => {
+                    return Err(Error::Step(Failure {
+                        reason: "FailedService",
+                        message: format!(
+                            "Error deleting Service {}: {}",
+                            svc.name_any(),
+                            api_message(&e)
+                        ),
+                    }));
+                }
+            }
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Normal,
+                    "Cleanup",
+                    "Cleanup",
+                    format!("Deleted Service {} before the Pods", svc.name_any()),
+                )
+                .await;
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(name: &str, role: Option<&str>, ip: Option<&str>) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: role.map(|r| [(ROLE_LABEL.to_string(), r.to_string())].into()),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                pod_ip: ip.map(str::to_string),
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn labels_demote_before_they_promote_and_skip_what_is_right() {
+        let pods = vec![
+            pod("a", Some("primary"), Some("10.0.0.1")),
+            pod("b", None, Some("10.0.0.2")),
+            pod("c", Some("replica"), None),
+        ];
+        assert_eq!(
+            label_changes(&pods, Some("b")),
+            [("a".to_string(), "replica"), ("b".to_string(), "primary")]
+        );
+        assert_eq!(
+            label_changes(&pods, Some("a")),
+            [("b".to_string(), "replica")]
+        );
+        assert_eq!(
+            label_changes(&pods, None),
+            [("a".to_string(), "replica"), ("b".to_string(), "replica")]
+        );
+    }
+
+    #[test]
+    fn pod_refs_carry_ip_readiness_and_retiring() {
+        let pods = vec![pod("b", None, Some("10.0.0.2")), pod("a", None, Some(""))];
+        let refs = pod_refs(&pods, 7000, &["b".to_string()]);
+        assert_eq!(
+            refs,
+            [
+                PodRef {
+                    pod: "a".into(),
+                    ip: None,
+                    port: 7000,
+                    ready: false,
+                    deleting: false,
+                    retiring: false
+                },
+                PodRef {
+                    pod: "b".into(),
+                    ip: Some("10.0.0.2".into()),
+                    port: 7000,
+                    ready: false,
+                    deleting: false,
+                    retiring: true
+                },
+            ]
+        );
+    }
+}

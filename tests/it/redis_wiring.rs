@@ -1,0 +1,310 @@
+//! Redis replication as the control plane shows it: the role labels, the
+//! two Services and their selectors, status.members and status.primary,
+//! the Replicated condition, admission of spec.auth/config/failover, and a
+//! scale-down that keeps the primary. kwok runs no redis-server, so no
+//! member ever answers here; a primary is given by writing status.primary
+//! as the operator would (what real servers do is in `kind.rs`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use podkeeper::crd::Redis;
+use serde_json::json;
+
+use crate::harness::{TestEnv, is_ready, owned_by, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const ROLE: &str = "podkeeper.dev/role";
+
+async fn create(env: &TestEnv, name: &str, spec: serde_json::Value) -> Result<Redis, String> {
+    let redis: Redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1",
+        "kind": "Redis",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .map_err(|e| e.to_string())?;
+    env.api::<Redis>()
+        .create(&PostParams::default(), &redis)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
+    env.api::<Pod>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| owned_by(p, uid) && p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+fn condition(r: &Redis, type_: &str) -> Option<(String, String, String)> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The Pods a Service's selector picks.
+async fn selected(env: &TestEnv, service: &Service) -> Vec<String> {
+    let selector = service.spec.as_ref().unwrap().selector.clone().unwrap();
+    let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut names: Vec<String> = env
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&labels.join(",")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn services_role_labels_members_and_a_scale_down_that_keeps_the_primary() {
+    let env = TestEnv::new("redis-wiring").await;
+    let mut op = env.start_operator();
+    let r = create(
+        &env,
+        "kv",
+        json!({"replicas": 3, "config": {"maxmemory-policy": "allkeys-lru"}}),
+    )
+    .await
+    .unwrap();
+    let uid = r.uid().unwrap();
+    let redis: Api<Redis> = env.api();
+
+    // Three Ready Pods, each labelled replica (nothing answers, so there is
+    // no primary), listed in status.members as unreachable.
+    let pods = wait_for(
+        "3 Ready replica Pods in status.members",
+        TIMEOUT,
+        || async {
+            let pods = live_pods(&env, &uid).await;
+            let r = redis.get("kv").await.ok()?;
+            let s = r.status.as_ref()?;
+            let labelled = pods
+                .iter()
+                .all(|p| p.labels().get(ROLE).map(String::as_str) == Some("replica"));
+            (pods.len() == 3 && pods.iter().all(is_ready) && labelled && s.members.len() == 3)
+                .then_some(pods)
+        },
+    )
+    .await;
+    let r = redis.get("kv").await.unwrap();
+    let s = r.status.as_ref().unwrap();
+    assert!(s.primary.is_none());
+    for m in &s.members {
+        assert_eq!(
+            (m.role.as_str(), m.link_status.as_str()),
+            ("unknown", "unreachable")
+        );
+        assert!(pods.iter().any(|p| p.name_any() == m.pod));
+    }
+    let (status, reason, _) = condition(&r, "Replicated").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoPrimary"));
+    assert_eq!(condition(&r, "Ready").unwrap().1, "NotReplicated");
+    // The config reached the command line; the Pods spread over nodes.
+    let spec = pods[0].spec.as_ref().unwrap();
+    let args = spec.containers[0].args.clone().unwrap().join(" ");
+    assert!(args.contains("--maxmemory-policy allkeys-lru"), "{args}");
+    assert!(args.contains("--replicaof 127.0.0.1 1"), "{args}");
+    let mut nodes: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "one Pod per node (3 kwok nodes)");
+
+    // Two Services, owned by the Redis, selecting by role.
+    let services: Api<Service> = env.api();
+    let (primary_svc, replicas_svc) = wait_for("both Services", TIMEOUT, || async {
+        Some((
+            services.get_opt("kv").await.ok()??,
+            services.get_opt("kv-replicas").await.ok()??,
+        ))
+    })
+    .await;
+    for svc in [&primary_svc, &replicas_svc] {
+        assert_eq!(svc.owner_references()[0].uid, uid);
+        assert_eq!(
+            svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+            6379
+        );
+    }
+    assert!(selected(&env, &primary_svc).await.is_empty());
+    assert_eq!(selected(&env, &replicas_svc).await.len(), 3);
+
+    // status.primary as the operator records it: that Pod takes the
+    // primary label, and the primary Service selects it alone.
+    let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    names.sort();
+    let chosen = names[1].clone();
+    redis
+        .patch_status(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"primary": {"pod": chosen, "runId": "r1"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the primary label on the recorded primary",
+        TIMEOUT,
+        || async {
+            (selected(&env, &primary_svc).await == [chosen.clone()]
+                && selected(&env, &replicas_svc).await.len() == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let r = redis.get("kv").await.unwrap();
+    assert_eq!(r.status.unwrap().primary.unwrap().pod, chosen);
+    let (ok, out, _) = env.kubectl(&["get", "rds", "kv"]);
+    assert!(ok && out.contains(&chosen), "the Primary column: {out}");
+
+    // Scale 3 -> 1: the engine's order would pick any of them; the primary
+    // stays, whichever it is.
+    redis
+        .patch(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let left = wait_for("one Pod left", TIMEOUT, || async {
+        let pods = live_pods(&env, &uid).await;
+        let all: Vec<Pod> = env
+            .api::<Pod>()
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        let terminating = all
+            .iter()
+            .any(|p| owned_by(p, &uid) && p.metadata.deletion_timestamp.is_some());
+        (pods.len() == 1 && !terminating).then_some(pods)
+    })
+    .await;
+    assert_eq!(left[0].name_any(), chosen, "the primary was kept");
+    op.assert_running();
+}
+
+#[tokio::test]
+async fn auth_config_and_failover_are_validated() {
+    let env = TestEnv::new("redis-wiring-admission").await;
+    let mut op = env.start_operator();
+    // Refused at admission, with a message naming the field.
+    for (spec, words) in [
+        (
+            json!({"config": {"replicaof": "10.0.0.1 6379"}}),
+            "spec.config",
+        ),
+        (json!({"config": {"PORT": "7000"}}), "spec.config"),
+        (json!({"config": {"bad name": "x"}}), "directive names"),
+        (json!({"failover": {"afterSeconds": 0}}), "afterSeconds"),
+        (
+            json!({"failover": {"switchoverTimeoutSeconds": 601}}),
+            "switchoverTimeoutSeconds",
+        ),
+        (
+            json!({"auth": {"secretName": "Not_A_Name"}}),
+            "spec.auth.secretName",
+        ),
+        (
+            json!({"auth": {"secretName": "s", "key": "a/b"}}),
+            "spec.auth.key",
+        ),
+    ] {
+        let err = create(&env, "bad", spec.clone()).await.unwrap_err();
+        assert!(err.contains(words), "{spec}: {err}");
+    }
+
+    // What CEL does not check is reported: no Pods, Replicated False with
+    // the reason, and a Warning Event.
+    create(
+        &env,
+        "renamed",
+        json!({"replicas": 2, "config": {"rename-command": "CONFIG x"}}),
+    )
+    .await
+    .unwrap();
+    let redis: Api<Redis> = env.api();
+    let r = wait_for("InvalidSpec", TIMEOUT, || async {
+        let r = redis.get("renamed").await.ok()?;
+        (condition(&r, "Replicated")?.1 == "InvalidSpec").then_some(r)
+    })
+    .await;
+    assert!(
+        condition(&r, "Replicated")
+            .unwrap()
+            .2
+            .contains("rename-command")
+    );
+    assert!(live_pods(&env, &r.uid().unwrap()).await.is_empty());
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/renamed"]);
+    assert!(ok && out.contains("InvalidSpec"), "{out}");
+
+    // spec.auth naming a Secret that does not exist: the Pods are created
+    // (the kubelet waits for the Secret), the password is not in their
+    // spec, and the condition says why replication waits.
+    create(
+        &env,
+        "locked",
+        json!({"replicas": 1, "auth": {"secretName": "pw"}}),
+    )
+    .await
+    .unwrap();
+    let r = wait_for("AuthSecretUnreadable", TIMEOUT, || async {
+        let r = redis.get("locked").await.ok()?;
+        (condition(&r, "Replicated")?.1 == "AuthSecretUnreadable").then_some(r)
+    })
+    .await;
+    let pods = wait_for("the Pod", TIMEOUT, || async {
+        let p = live_pods(&env, &r.uid().unwrap()).await;
+        (p.len() == 1).then_some(p)
+    })
+    .await;
+    let c = &pods[0].spec.as_ref().unwrap().containers[0];
+    let env_var = &c.env.as_ref().unwrap()[0];
+    assert!(env_var.value.is_none());
+    assert_eq!(
+        env_var
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .name,
+        "pw"
+    );
+    // Once the Secret exists, the operator reads it (RBAC: get secrets).
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "pw"},
+        "stringData": {"password": "s3cret"},
+    }))
+    .unwrap();
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    wait_for("the Secret read", TIMEOUT, || async {
+        let r = redis.get("locked").await.ok()?;
+        (condition(&r, "Replicated")?.1 != "AuthSecretUnreadable").then_some(())
+    })
+    .await;
+    op.assert_running();
+}
