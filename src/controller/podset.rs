@@ -6,8 +6,9 @@
 //! (the Application's Service) come through [`Extras`]. [`reconcile`] owns
 //! the order of operations, the same for every kind:
 //!
-//! 1. the finalizer (kube-runtime's `finalizer()`): added first, and on
-//!    deletion [`cleanup`] runs instead of the steps below;
+//! 1. the finalizer: added first, in the same reconcile
+//!    ([`with_finalizer`]), and on deletion [`cleanup`] runs instead of the
+//!    steps below (kube-runtime's `finalizer()`);
 //! 2. expectations, checked *before* the snapshot, as the ReplicaSet
 //!    controller does: a Pod indexed after the snapshot may clear an
 //!    expectation, but the snapshot then cannot be the stale one;
@@ -15,7 +16,9 @@
 //! 4. the plan (pure);
 //! 5. acting on it, only if the expectations were satisfied, and the
 //!    extras;
-//! 6. the status, written only when it changed;
+//! 6. the status, written only when it changed, and not right after
+//!    creates or deletes the watch has yet to show (the reconcile their
+//!    events start writes it);
 //! 7. the requeue: a failed step (create, delete, extras, status write) is
 //!    an error, retried with per-object backoff ([`super::backoff_delay`])
 //!    until it succeeds; otherwise when the plan says to look again.
@@ -27,6 +30,7 @@ use std::time::Instant;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
@@ -175,19 +179,59 @@ pub async fn reconcile<K: PodSet>(obj: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Actio
             ctx.inner.client.clone(),
             &obj.namespace().unwrap_or_default(),
         );
-        let result = finalizer(&api, FINALIZER, obj.clone(), |event| async {
-            match event {
-                Finalizer::Apply(o) => apply(&*o, &ctx).await,
-                Finalizer::Cleanup(o) => cleanup(&*o, &ctx).await,
-            }
-        })
-        .await
-        .map_err(|e| Error::Finalizer(Box::new(e)));
+        let result = match with_finalizer(&api, obj.clone()).await {
+            Ok(obj) => finalizer(&api, FINALIZER, obj, |event| async {
+                match event {
+                    Finalizer::Apply(o) => apply(&*o, &ctx).await,
+                    Finalizer::Cleanup(o) => cleanup(&*o, &ctx).await,
+                }
+            })
+            .await
+            .map_err(|e| Error::Finalizer(Box::new(e))),
+            Err(e) => Err(e),
+        };
         ctx.inner.record(K::KIND, &*obj, started, &result);
         result
     }
     .instrument(span)
     .await
+}
+
+/// The object with podkeeper's finalizer: added first, and the reconcile
+/// goes on with what the patch returned. kube-runtime's `finalizer()` alone
+/// ends the reconcile once it added the finalizer and waits for the watch
+/// to bring the change back: for every new object one more trip through
+/// the queue before its first Pod is created. The patch is the same JSON
+/// patch (a test of the finalizers seen, then an add), so it fails rather
+/// than duplicate or drop someone else's finalizer, and never touches
+/// anything else. Objects being deleted are left as they are.
+async fn with_finalizer<K: PodSet>(api: &Api<K>, obj: Arc<K>) -> Result<Arc<K>, Error> {
+    let meta = obj.meta();
+    if meta.deletion_timestamp.is_some() || obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(obj);
+    }
+    let ops = if obj.finalizers().is_empty() {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])
+    };
+    let added = |e| Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(e)));
+    let name = meta.name.clone().unwrap_or_default();
+    let updated = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(ops)?),
+        )
+        .await
+        .map_err(added)?;
+    Ok(Arc::new(updated))
 }
 
 /// Requeue policy on error: per-object exponential backoff.
@@ -257,6 +301,17 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         }
         return Ok(next_action(false, plan.recheck_after_seconds));
     };
+    if outcome.failure.is_none()
+        && extras_failure.is_none()
+        && (outcome.created > 0 || outcome.deleted > 0)
+    {
+        // The status would describe the Pods as they were before this
+        // step, and the watch is about to show what it did: the reconcile
+        // its events start (expectations then satisfied) writes the status.
+        // On scale-down this was one status write per object the next
+        // reconcile replaced within a second.
+        return Ok(next_action(false, plan.recheck_after_seconds));
+    }
     let failure = outcome.failure.or(extras_failure);
     let (status, recheck) = obj.desired_status(&Report {
         plan: &plan,
