@@ -70,6 +70,13 @@ fn redis_settled(r: &Redis, replicas: usize) -> bool {
         s.replicas == replicas as i32
             && s.ready_replicas == replicas as i32
             && s.observed_generation == r.metadata.generation
+            // status.members and Progressing count terminating Pods until
+            // they are gone.
+            && s.members.len() == replicas
+            && s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Progressing" && c.reason == "Complete")
     })
 }
 
