@@ -724,6 +724,37 @@ async fn idle_stage(
         redis_settled(o, replicas)
     })
     .await?;
+    // A status written in the reconcile that replaced a healed Pod lists
+    // the members the replication round saw before the create; the next
+    // reconcile lists the new one. Idle starts once every status names
+    // exactly its owner's live Pods.
+    b.redis
+        .until("status.members to name the live Pods", TIMEOUT, |st| {
+            let live = |uid: &str| -> std::collections::BTreeSet<String> {
+                b.pods.with(|pods| {
+                    pods.active(&redis.namespace)
+                        .filter(|p| controller_uid(&p.object).as_deref() == Some(uid))
+                        .map(|p| p.object.name_any())
+                        .collect()
+                })
+            };
+            st.in_namespace(&redis.namespace)
+                .all(|e| {
+                    let members: std::collections::BTreeSet<String> = e
+                        .object
+                        .status
+                        .iter()
+                        .flat_map(|s| s.members.iter().map(|m| m.pod.clone()))
+                        .collect();
+                    e.object
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .is_some_and(|u| live(u) == members)
+                })
+                .then_some(())
+        })
+        .await?;
     eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
     let mark = measure::audit_mark(&b.audit);
     let before = operator.sample(ticks)?;

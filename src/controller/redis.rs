@@ -369,7 +369,14 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
             type_: "Progressing",
             status: "True",
             reason: "Scaling",
-            message: format!("{} replicas, want {}", c.replicas, replicas),
+            message: if c.replicas == replicas && c.terminating > 0 {
+                format!(
+                    "{replicas} replicas; waiting for {} terminating Pod(s) to go",
+                    c.terminating
+                )
+            } else {
+                format!("{} replicas, want {}", c.replicas, replicas)
+            },
         }
     };
     let failure = match report.failure {
