@@ -60,7 +60,7 @@ e2e target="kind" *ARGS:
     if [ "{{target}}" = "local" ]; then exec cargo test --test it {{ARGS}}; fi
     kc=$(cargo run -q -- kind up --name {{kind_cluster}})
     export KUBECONFIG="$kc"
-    just image kind-load
+    just kind_cluster={{kind_cluster}} image kind-load
     kubectl apply -k manifests/
     kubectl -n podkeeper-system rollout restart deploy/podkeeper
     kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
