@@ -169,7 +169,8 @@ impl PodFacts {
             hash: p.labels().get(TEMPLATE_HASH).cloned(),
             ready: is_ready(p)
                 && (inplace::updated_in_place(p).is_none()
-                    || inplace::updated_in_place(p) != p.labels().get(TEMPLATE_HASH).map(String::as_str)
+                    || inplace::updated_in_place(p)
+                        != p.labels().get(TEMPLATE_HASH).map(String::as_str)
                     || inplace::settled(p)),
             terminating: p.metadata.deletion_timestamp.is_some(),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
@@ -501,9 +502,10 @@ fn replay(records: &[Record], deleted_by_test: &BTreeSet<String>, started: Insta
             before.as_ref().is_some_and(|b| b.live() && b.ready) && (*gone || !facts.live());
         let changed_in_place = !*gone
             && facts.live()
-            && before.as_ref().is_some_and(|b| b.live() && b.spec != facts.spec);
-        let took_ready_in_place =
-            changed_in_place && before.as_ref().is_some_and(|b| b.ready);
+            && before
+                .as_ref()
+                .is_some_and(|b| b.live() && b.spec != facts.spec);
+        let took_ready_in_place = changed_in_place && before.as_ref().is_some_and(|b| b.ready);
         let by_test = deleted_by_test.contains(&facts.name);
         if took_ready && by_test {
             taken_by_test.entry(uid.clone()).or_default().push(r.seen);

@@ -200,7 +200,13 @@ async fn a_resources_change_resizes_in_place_and_a_refused_resize_replaces_the_p
             .map(|q| q.0.clone())
     };
     assert!(pods.iter().all(|p| cpu(p).as_deref() == Some("200m")));
-    assert_eq!(uids(&pods), before, "resized in place");
+    assert_eq!(
+        uids(&pods),
+        before,
+        "resized in place; Events: {:?} {:?}",
+        notes(&env, "ResizeRefused").await,
+        notes(&env, "FailedUpdate").await
+    );
     let resized = notes(&env, "UpdatedInPlace").await;
     assert_eq!(resized.len(), 3, "{resized:?}");
     assert!(
