@@ -603,6 +603,55 @@ mod tests {
     }
 
     #[test]
+    fn an_in_place_rollout_updates_the_replicas_first_and_holds_the_primary_back() {
+        let redis: Redis = serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "kv", "namespace": "ns", "uid": "u"},
+            "spec": {"replicas": 3, "image": "redis:8"},
+        }))
+        .unwrap();
+        let spec = redis.pod_set().unwrap();
+        let d = spec.desired;
+        let ip = d.in_place.clone().expect("Redis opts in with 3 replicas");
+        let now = Timestamp::from_second(10_000).unwrap();
+        let mut pods: Vec<ObservedPod> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut p = observed(n, "old", true, i as i64);
+                p.in_place = Some(ip.keys.clone());
+                p
+            })
+            .collect();
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let mut p = plan(&d, &pods, now);
+            assert!(p.create == 0 && p.delete.is_empty(), "{p:?}");
+            let held = spare_primary_in_place(&mut p, &pods, "b", &d);
+            if held {
+                assert!(p.in_place.is_empty());
+                break;
+            }
+            assert_eq!(p.in_place.len(), 1);
+            let name = p.in_place[0].name.clone();
+            assert_ne!(name, "b", "the primary is not updated while primary");
+            let pod = pods.iter_mut().find(|x| x.name == name).unwrap();
+            pod.revision = Some(d.revision.clone());
+            order.push(name);
+        }
+        order.sort();
+        assert_eq!(
+            order,
+            ["a", "c"],
+            "both replicas, then the primary is held back"
+        );
+        // A single-Pod Redis is replaced, never updated in place.
+        let mut one = redis.clone();
+        one.spec.replicas = 1;
+        assert!(one.pod_set().unwrap().desired.in_place.is_none());
+    }
+
+    #[test]
     fn scale_down_takes_a_replica_instead_of_the_primary() {
         let pods: Vec<ObservedPod> = ["a", "b", "c"]
             .iter()

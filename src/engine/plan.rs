@@ -658,6 +658,112 @@ mod tests {
         assert_eq!(IntOrPercent::parse("x%"), None);
     }
 
+    fn keys(k: &str) -> InPlaceKeys {
+        InPlaceKeys {
+            but_images: format!("{k}-i"),
+            but_resources: format!("{k}-r"),
+        }
+    }
+
+    fn in_place(replicas: i32, rev: &str, k: InPlaceKeys) -> Desired {
+        Desired {
+            in_place: Some(InPlace {
+                keys: k,
+                max_unavailable: 1,
+                resize: true,
+            }),
+            ..desired(replicas, rev, ONE_AT_A_TIME)
+        }
+    }
+
+    fn with_keys(mut p: ObservedPod, k: InPlaceKeys) -> ObservedPod {
+        p.in_place = Some(k);
+        p
+    }
+
+    #[test]
+    fn image_only_changes_update_in_place_one_at_a_time() {
+        let d = in_place(3, "new", keys("a"));
+        let mut pods: Vec<_> = (0..3)
+            .map(|i| with_keys(pod(&format!("old{i}"), "old", i), keys("a")))
+            .collect();
+        let p = plan(&d, &pods, now());
+        assert_eq!((p.create, p.delete.len()), (0, 0), "no surge, no deletion");
+        assert_eq!(p.in_place.len(), 1);
+        assert_eq!(p.in_place[0].change, Change::Images);
+        assert!(p.rolling && !p.complete);
+        // The updated Pod is current but not Ready yet: nothing else goes.
+        let name = p.in_place[0].name.clone();
+        let i = pods.iter().position(|x| x.name == name).unwrap();
+        pods[i].revision = Some("new".into());
+        pods[i].ready_since = None;
+        let p = plan(&d, &pods, now());
+        assert!(p.in_place.is_empty() && p.create == 0 && p.delete.is_empty());
+        assert_eq!(p.counts.updated, 1);
+        // Ready again: the next one.
+        pods[i].ready_since = Some(now());
+        assert_eq!(plan(&d, &pods, now()).in_place.len(), 1);
+    }
+
+    #[test]
+    fn resources_go_through_resize_and_anything_else_is_replaced() {
+        let d = in_place(
+            2,
+            "new",
+            InPlaceKeys {
+                but_images: "x".into(),
+                ..keys("a")
+            },
+        );
+        let pods = vec![
+            with_keys(pod("a", "old", 1), keys("a")),
+            with_keys(pod("b", "old", 2), keys("a")),
+        ];
+        let p = plan(&d, &pods, now());
+        assert_eq!(p.in_place.len(), 1);
+        assert_eq!(p.in_place[0].change, Change::Resources);
+        // A refused resize for this revision: replaced (surge first).
+        let mut refused = pods.clone();
+        for x in &mut refused {
+            x.resize_refused = Some("new".into());
+        }
+        let p = plan(&d, &refused, now());
+        assert!(p.in_place.is_empty());
+        assert_eq!(p.create, 1);
+        // Other keys: replaced.
+        let d = in_place(2, "new", keys("b"));
+        let p = plan(&d, &pods, now());
+        assert!(p.in_place.is_empty());
+        assert_eq!(p.create, 1);
+        // An infeasible resize makes a current Pod outdated.
+        let mut stuck = with_keys(pod("c", "new", 3), keys("b"));
+        stuck.resize_infeasible = true;
+        let p = plan(&in_place(1, "new", keys("b")), &[stuck], now());
+        assert_eq!(p.create, 1);
+        assert_eq!(p.counts.updated, 0);
+    }
+
+    #[test]
+    fn with_fewer_replicas_the_worst_updatable_pods_are_replaced_not_updated() {
+        let d = Desired {
+            strategy: Strategy::RollingUpdate {
+                max_surge: 1,
+                max_unavailable: 1,
+            },
+            ..in_place(2, "new", keys("a"))
+        };
+        let pods: Vec<_> = (0..3)
+            .map(|i| with_keys(pod(&format!("old{i}"), "old", i), keys("a")))
+            .collect();
+        let p = plan(&d, &pods, now());
+        assert_eq!(p.create, 0);
+        // The newest goes (deletion order); of the two kept, one is updated
+        // (2 replicas, 1 may be unavailable), the other waits.
+        assert_eq!(names(&p.delete), ["old2"]);
+        let updated: Vec<&str> = p.in_place.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(updated, ["old1"]);
+    }
+
     /// Simulates a rollout: each step applies the plan, created Pods become
     /// ready (and available) one step later, deleted Pods vanish at once.
     fn simulate(replicas: i32, surge: i32, unavailable: i32, start: i32) -> Vec<(i32, i32)> {
