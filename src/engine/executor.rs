@@ -409,7 +409,8 @@ impl Executor {
                 Err(e) => return Err(self.update_failed(owner, &u.name, &e).await),
             }
         }
-        let patch = inplace::update_patch(pod, template, revision);
+        let patch =
+            inplace::update_patch(pod, template, revision, k8s_openapi::jiff::Timestamp::now());
         self.expectations.expect_update(&owner.key, &u.uid);
         match api
             .patch(&u.name, &PatchParams::default(), &Patch::Strategic(&patch))

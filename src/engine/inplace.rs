@@ -31,6 +31,8 @@ pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images"
 pub const BUT_RESOURCES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images-resources";
 /// The revision a Pod was last updated to in place.
 pub const UPDATED_IN_PLACE_ANNOTATION: &str = "podkeeper.dev/updated-in-place";
+/// When the Pod was last updated in place (RFC 3339).
+pub const UPDATED_AT_ANNOTATION: &str = "podkeeper.dev/updated-in-place-at";
 /// The revision for which the API server refused to resize the Pod: it is
 /// replaced instead.
 pub const RESIZE_REFUSED_ANNOTATION: &str = "podkeeper.dev/resize-refused";
@@ -172,11 +174,29 @@ pub fn settled(pod: &Pod) -> bool {
         return false;
     };
     let statuses = status.container_statuses.as_deref().unwrap_or_default();
+    // Runtimes report one name of the image a container runs: with several
+    // tags on one image (as on kind here) not necessarily the spec's. A
+    // container started since the update runs the new spec too.
+    let updated_at: Option<k8s_openapi::jiff::Timestamp> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(UPDATED_AT_ANNOTATION))
+        .and_then(|t| t.parse().ok());
+    let started_since = |s: &k8s_openapi::api::core::v1::ContainerStatus| {
+        let started = s
+            .state
+            .as_ref()
+            .and_then(|st| st.running.as_ref())
+            .and_then(|r| r.started_at.as_ref())
+            .map(|t| t.0);
+        matches!((started, updated_at), (Some(st), Some(at)) if st.as_second() >= at.as_second())
+    };
     let containers_done = spec.containers.iter().all(|c| {
         statuses.iter().any(|s| {
             s.name == c.name
                 && s.ready
-                && c.image.as_deref().is_some_and(|i| same_image(i, &s.image))
+                && (c.image.as_deref().is_some_and(|i| same_image(i, &s.image)) || started_since(s))
         })
     });
     let resizing = status.conditions.iter().flatten().any(|c| {
@@ -236,7 +256,12 @@ pub fn image_changes(live: &Pod, template: &PodTemplateSpec) -> Vec<ImageChange>
 /// (revision `revision`): the images that changed, the template hash
 /// label, the in-place keys and [`UPDATED_IN_PLACE_ANNOTATION`]. The Pod's
 /// uid is in the patch, so it applies to that Pod only.
-pub fn update_patch(live: &Pod, template: &PodTemplateSpec, revision: &str) -> Value {
+pub fn update_patch(
+    live: &Pod,
+    template: &PodTemplateSpec,
+    revision: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Value {
     let containers: Vec<Value> = image_changes(live, template)
         .into_iter()
         .map(|c| json!({"name": c.container, "image": c.to}))
@@ -254,6 +279,7 @@ pub fn update_patch(live: &Pod, template: &PodTemplateSpec, revision: &str) -> V
             "labels": {TEMPLATE_HASH_LABEL: revision},
             "annotations": {
                 UPDATED_IN_PLACE_ANNOTATION: revision,
+                UPDATED_AT_ANNOTATION: now.to_string(),
                 BUT_IMAGES_ANNOTATION: keys.but_images,
                 BUT_RESOURCES_ANNOTATION: keys.but_resources,
             },
@@ -401,6 +427,41 @@ mod tests {
         let mut p = pod("redis:8", "redis:8", true);
         p.metadata.generation = Some(3);
         assert!(!settled(&p), "the kubelet has not seen generation 3");
+        // Another tag of the same image: the runtime reports the old name,
+        // but the container started after the update.
+        let mut p = pod("redis:8", "redis:7", true);
+        p.metadata.annotations = Some(
+            [(
+                UPDATED_AT_ANNOTATION.to_string(),
+                "2026-12-03T10:00:00Z".to_string(),
+            )]
+            .into(),
+        );
+        assert!(!settled(&p));
+        let running = |at: &str| k8s_openapi::api::core::v1::ContainerState {
+            running: Some(k8s_openapi::api::core::v1::ContainerStateRunning {
+                started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    at.parse().unwrap(),
+                )),
+            }),
+            ..Default::default()
+        };
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(running("2026-12-03T09:59:00Z"));
+        assert!(!settled(&p), "started before the update");
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(running("2026-12-03T10:00:05Z"));
+        assert!(settled(&p));
         let mut p = pod("redis:8", "redis:8", true);
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
             type_: "PodResizePending".into(),
@@ -417,7 +478,7 @@ mod tests {
         let mut t = template("a:2", "1", "x");
         let keys = InPlaceKeys::of_template(&t);
         stamp_keys(&mut t, keys);
-        let patch = update_patch(&live, &t, "rev2");
+        let patch = update_patch(&live, &t, "rev2", k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         assert_eq!(
             patch["spec"]["containers"],
             json!([{"name": "c", "image": "a:2"}])
@@ -452,6 +513,10 @@ mod tests {
                 "limits": {"cpu": "3"},
             }}]}}))
         );
-        assert!(update_patch(&live, &t, "r").get("spec").is_none());
+        assert!(
+            update_patch(&live, &t, "r", k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+                .get("spec")
+                .is_none()
+        );
     }
 }
