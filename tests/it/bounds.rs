@@ -611,9 +611,14 @@ fn replay(records: &[Record], deleted_by_test: &BTreeSet<String>, started: Insta
                 .map(Limits::fewest_ready_in_place)
                 .min()
                 .unwrap();
-            if (ready as i32) < fewest {
+            // As for deletions: Ready Pods the test took away a moment ago
+            // may still be in the view the operator decided on.
+            let unseen = taken_by_test.get(&uid).map_or(0, |at| {
+                at.iter().filter(|t| **t + VIEW_LAG >= r.seen).count()
+            });
+            if ((ready + unseen) as i32) < fewest {
                 broken.push(format!(
-                    "the operator updated Ready {} in place, leaving {ready} Ready; \
+                    "the operator updated Ready {} in place, leaving {ready} Ready ({unseen} more taken by the test within {VIEW_LAG:?}); \
                      replicas - max(maxUnavailable, in-place unavailability) requires {fewest}",
                     facts.name
                 ));
