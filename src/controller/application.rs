@@ -344,6 +344,7 @@ impl PodSet for Application {
                 strategy: rollout.strategy,
                 min_ready_seconds: rollout.min_ready_seconds,
                 paused: rollout.paused,
+                in_place: None,
             },
             template,
         })
@@ -489,6 +490,7 @@ mod tests {
             strategy: r.strategy,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         let at = |s| Timestamp::from_second(s).unwrap();
         let two = vec![pod("p0", "new", 1), pending("p1", "new", 1)];
@@ -543,6 +545,7 @@ mod tests {
             strategy: Strategy::Recreate,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         let t = Timestamp::from_second(1_000).unwrap();
         let p = plan(&d, &[], t);

@@ -183,6 +183,7 @@ struct Sighting {
     uid: String,
     /// Deleted, or terminating.
     gone: bool,
+    resource_version: Option<u64>,
 }
 
 impl Sighting {
@@ -208,6 +209,10 @@ impl Sighting {
             name: meta.name.clone()?,
             uid: meta.uid.clone()?,
             gone: deleted || meta.deletion_timestamp.is_some(),
+            resource_version: meta
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok()),
         })
     }
 
@@ -217,6 +222,7 @@ impl Sighting {
         tracing::trace!(pod = %self.name, gone = self.gone, owner = %self.owner, "pod event");
         let key = (self.kind, self.namespace.clone(), self.owner.clone());
         expectations.observe(&key, &self.name, &self.uid, self.gone);
+        expectations.observe_version(&key, &self.uid, self.resource_version, self.gone);
         if self.kind == "Redis" {
             let _ = routes
                 .redis

@@ -268,6 +268,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 strategy: Strategy::Recreate,
                 min_ready_seconds: 0,
                 paused: true,
+                in_place: None,
             };
             let plan = plan(&hold, &pods, now);
             let extras = ctx.extras.kept(obj);
@@ -316,7 +317,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     };
     if outcome.failure.is_none()
         && extras_failure.is_none()
-        && (outcome.created > 0 || outcome.deleted > 0)
+        && (outcome.created > 0 || outcome.deleted > 0 || outcome.updated > 0)
     {
         // The status would describe the Pods as they were before this
         // step, and the watch is about to show what it did: the reconcile
@@ -350,14 +351,20 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
 }
 
 async fn act(ctx: &Context, owner: &Owner, template: &PodTemplateSpec, plan: &Plan) -> Outcome {
-    if plan.create == 0 && plan.delete.is_empty() {
+    if plan.create == 0 && plan.delete.is_empty() && plan.in_place.is_empty() {
         return Outcome::default();
     }
-    let outcome = ctx.executor.execute(owner, template, plan).await;
-    if outcome.created > 0 || outcome.deleted > 0 {
+    let live = if plan.in_place.is_empty() {
+        Vec::new()
+    } else {
+        ctx.owned_pods(&owner.namespace, &owner.reference.uid)
+    };
+    let outcome = ctx.executor.execute(owner, template, plan, &live).await;
+    if outcome.created > 0 || outcome.deleted > 0 || outcome.updated > 0 {
         tracing::info!(
             created = outcome.created,
             deleted = outcome.deleted,
+            updated = outcome.updated,
             "pods changed"
         );
     }

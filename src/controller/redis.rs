@@ -22,7 +22,8 @@ use crate::crd::{Redis, RedisStatus};
 use crate::engine::ObservedPod;
 use crate::engine::executor::Owner;
 use crate::engine::hash::{revision_of, stamp};
-use crate::engine::plan::{DeleteReason, Desired, Plan, Strategy, victim};
+use crate::engine::inplace::InPlaceKeys;
+use crate::engine::plan::{DeleteReason, Desired, InPlace, Plan, Strategy, Update, victim};
 use crate::engine::rank::sort_for_deletion;
 use crate::replication::api::{
     REPLICATED_CONDITION, ROLE_LABEL, primary_service_name, replicas_service_name,
@@ -42,6 +43,12 @@ const ROLLOUT: Strategy = Strategy::RollingUpdate {
     max_surge: 1,
     max_unavailable: 0,
 };
+
+/// An image or resources change is applied in place, one Pod at a time:
+/// the updating Pod (a replica, or the old primary after its handover) is
+/// the one unavailable Pod. A single-Pod Redis has no replica to hand over
+/// to, so it is always replaced (its successor syncs first).
+const IN_PLACE_UNAVAILABLE: i32 = 1;
 
 /// The labels that select a Redis's Pods.
 pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
@@ -278,7 +285,7 @@ pub fn spare_primary(plan: &mut Plan, pods: &[ObservedPod], primary: &str, revis
             let current = p.revision.as_deref() == Some(revision);
             match reason {
                 DeleteReason::ScaleDown => current,
-                DeleteReason::Outdated => !current,
+                DeleteReason::Outdated | DeleteReason::ResizeInfeasible => !current,
                 DeleteReason::Cleanup => false,
             }
         })
@@ -292,6 +299,49 @@ pub fn spare_primary(plan: &mut Plan, pods: &[ObservedPod], primary: &str, revis
         }
         None => {
             plan.delete.remove(i);
+            true
+        }
+    }
+}
+
+/// Keeps `primary` out of the engine's in-place updates, as
+/// [`spare_primary`] does for deletions: another outdated Pod in the same
+/// state that the planner would update in place goes instead. Returns
+/// `true` when the primary is the one left to update: it is held back and
+/// handed over first. Pure.
+pub fn spare_primary_in_place(
+    plan: &mut Plan,
+    pods: &[ObservedPod],
+    primary: &str,
+    desired: &Desired,
+) -> bool {
+    let Some(i) = plan.in_place.iter().position(|u| u.name == primary) else {
+        return false;
+    };
+    let the_primary = pods.iter().find(|p| p.name == primary);
+    let taken = |name: &str| {
+        plan.in_place.iter().any(|u| u.name == name) || plan.delete.iter().any(|v| v.name == name)
+    };
+    let mut candidates: Vec<&ObservedPod> = pods
+        .iter()
+        .filter(|p| p.is_active() && p.name != primary && !taken(&p.name))
+        .filter(|p| p.revision.as_deref() != Some(desired.revision.as_str()))
+        .filter(|p| the_primary.is_none_or(|q| p.is_ready() == q.is_ready()))
+        .filter(|p| crate::engine::plan::in_place_change(desired, p).is_some())
+        .collect();
+    sort_for_deletion(&mut candidates);
+    match candidates.first() {
+        Some(c) => {
+            plan.in_place[i] = Update {
+                name: c.name.clone(),
+                uid: c.uid.clone(),
+                change: crate::engine::plan::in_place_change(desired, c)
+                    .unwrap_or(crate::engine::inplace::Change::Images),
+            };
+            false
+        }
+        None => {
+            plan.in_place.remove(i);
             true
         }
     }
@@ -424,6 +474,17 @@ impl PodSet for Redis {
                 strategy: ROLLOUT,
                 min_ready_seconds: 0,
                 paused: false,
+                in_place: (self.spec.replicas >= 2).then(|| InPlace {
+                    keys: InPlaceKeys::read(
+                        template
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| m.annotations.as_ref()),
+                    )
+                    .unwrap_or_default(),
+                    max_unavailable: IN_PLACE_UNAVAILABLE,
+                    resize: true,
+                }),
             },
             template,
         })
@@ -542,6 +603,55 @@ mod tests {
     }
 
     #[test]
+    fn an_in_place_rollout_updates_the_replicas_first_and_holds_the_primary_back() {
+        let redis: Redis = serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "kv", "namespace": "ns", "uid": "u"},
+            "spec": {"replicas": 3, "image": "redis:8"},
+        }))
+        .unwrap();
+        let spec = redis.pod_set().unwrap();
+        let d = spec.desired;
+        let ip = d.in_place.clone().expect("Redis opts in with 3 replicas");
+        let now = Timestamp::from_second(10_000).unwrap();
+        let mut pods: Vec<ObservedPod> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut p = observed(n, "old", true, i as i64);
+                p.in_place = Some(ip.keys.clone());
+                p
+            })
+            .collect();
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let mut p = plan(&d, &pods, now);
+            assert!(p.create == 0 && p.delete.is_empty(), "{p:?}");
+            let held = spare_primary_in_place(&mut p, &pods, "b", &d);
+            if held {
+                assert!(p.in_place.is_empty());
+                break;
+            }
+            assert_eq!(p.in_place.len(), 1);
+            let name = p.in_place[0].name.clone();
+            assert_ne!(name, "b", "the primary is not updated while primary");
+            let pod = pods.iter_mut().find(|x| x.name == name).unwrap();
+            pod.revision = Some(d.revision.clone());
+            order.push(name);
+        }
+        order.sort();
+        assert_eq!(
+            order,
+            ["a", "c"],
+            "both replicas, then the primary is held back"
+        );
+        // A single-Pod Redis is replaced, never updated in place.
+        let mut one = redis.clone();
+        one.spec.replicas = 1;
+        assert!(one.pod_set().unwrap().desired.in_place.is_none());
+    }
+
+    #[test]
     fn scale_down_takes_a_replica_instead_of_the_primary() {
         let pods: Vec<ObservedPod> = ["a", "b", "c"]
             .iter()
@@ -554,6 +664,7 @@ mod tests {
             strategy: ROLLOUT,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         let now = Timestamp::from_second(10_000).unwrap();
         for primary in ["a", "b", "c"] {
@@ -586,6 +697,7 @@ mod tests {
             strategy: ROLLOUT,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         // One new Pod is Ready: one old Pod may go; the engine's order may
         // pick the primary, but a replica goes instead.
@@ -717,6 +829,7 @@ mod tests {
             strategy: ROLLOUT,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         let p = plan(&d, &pods, now);
         let waiting = Replication {
@@ -761,6 +874,7 @@ mod tests {
             strategy: ROLLOUT,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         };
         let p = plan(&d, &pods, now);
         let repl = Replication::default();

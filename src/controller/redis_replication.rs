@@ -20,7 +20,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::podset::Extras;
-use super::redis::{desired_services, spare_primary};
+use super::redis::{desired_services, spare_primary, spare_primary_in_place};
 use super::service::service_in_sync;
 use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::Redis;
@@ -312,16 +312,29 @@ impl Extras<Redis> for ReplicationExtras {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
             });
-        let current_revision = super::redis::pod_template(redis)
+        let desired = crate::controller::podset::PodSet::pod_set(redis)
             .ok()
-            .map(|t| crate::engine::hash::revision_of(&t))
-            .unwrap_or_default();
-        // The recorded primary is never deleted by the engine: another Pod
-        // goes instead, or it is handed over first.
-        let held_back = recorded
+            .map(|s| s.desired);
+        let current_revision = desired
             .as_ref()
-            .is_some_and(|r| spare_primary(plan, observed, &r.pod, &current_revision));
-        let mut retiring: Vec<String> = plan.delete.iter().map(|v| v.name.clone()).collect();
+            .map(|d| d.revision.clone())
+            .unwrap_or_default();
+        // The recorded primary is never deleted nor updated in place by the
+        // engine: another Pod goes instead, or it is handed over first.
+        let spare = |plan: &mut Plan, pod: &str| {
+            let deleted = spare_primary(plan, observed, pod, &current_revision);
+            let updated = desired
+                .as_ref()
+                .is_some_and(|d| spare_primary_in_place(plan, observed, pod, d));
+            deleted || updated
+        };
+        let held_back = recorded.as_ref().is_some_and(|r| spare(plan, &r.pod));
+        let mut retiring: Vec<String> = plan
+            .delete
+            .iter()
+            .map(|v| v.name.clone())
+            .chain(plan.in_place.iter().map(|u| u.name.clone()))
+            .collect();
         if held_back && let Some(r) = &recorded {
             retiring.push(r.pod.clone());
         }
@@ -373,15 +386,19 @@ impl Extras<Redis> for ReplicationExtras {
         if let Some(p) = &primary
             && recorded.as_ref().is_none_or(|r| &r.pod != p)
         {
-            spare_primary(plan, observed, p, &current_revision);
+            spare(plan, p);
         }
         if matches!(round.plan.waiting, Some(Waiting::SwitchoverInProgress)) {
             plan.delete.clear();
+            plan.in_place.clear();
         }
         if redis.spec.replicas > 0
             && let Some(p) = &primary
         {
             plan.delete.retain(|v| &v.name != p);
+        }
+        if let Some(p) = &primary {
+            plan.in_place.retain(|u| &u.name != p);
         }
 
         for a in &round.outcome.done {

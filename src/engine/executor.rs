@@ -7,14 +7,15 @@ use std::sync::Arc;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource};
 use rand::RngExt;
 use tracing::{debug, warn};
 
 use super::events::{EventRecorder, EventType};
 use super::expectations::{Expectations, OwnerKey};
-use super::plan::{DeleteReason, Plan, Victim};
+use super::inplace::{self, Change, RESIZE_REFUSED_ANNOTATION};
+use super::plan::{DeleteReason, Plan, Update, Victim};
 use crate::metrics::Metrics;
 
 /// Characters of generated name suffixes: the same alphabet Kubernetes uses
@@ -34,6 +35,8 @@ pub struct Failure {
 pub struct Outcome {
     pub created: usize,
     pub deleted: usize,
+    /// Pods updated in place.
+    pub updated: usize,
     pub failure: Option<Failure>,
 }
 
@@ -93,11 +96,20 @@ pub fn pod_name(owner: &str) -> String {
 }
 
 impl Executor {
-    /// Creates `plan.create` Pods and deletes `plan.delete`, stopping at the
-    /// first failed create batch.
-    pub async fn execute(&self, owner: &Owner, template: &PodTemplateSpec, plan: &Plan) -> Outcome {
+    /// Deletes `plan.delete`, updates `plan.in_place` (found in `live`) and
+    /// creates `plan.create` Pods, stopping at the first failed create
+    /// batch.
+    pub async fn execute(
+        &self,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+        plan: &Plan,
+        live: &[Arc<Pod>],
+    ) -> Outcome {
         let mut outcome = Outcome::default();
         self.delete(owner, &plan.delete, &mut outcome).await;
+        self.update(owner, template, &plan.in_place, live, &mut outcome)
+            .await;
         self.create(owner, template, plan.create.max(0) as usize, &mut outcome)
             .await;
         outcome
@@ -236,6 +248,9 @@ impl Executor {
                         DeleteReason::ScaleDown => "scale down",
                         DeleteReason::Outdated => "outdated template",
                         DeleteReason::Cleanup => "owner deleted",
+                        DeleteReason::ResizeInfeasible => {
+                            "its node cannot resize it in place; replaced"
+                        }
                     };
                     deleted.push(format!("{} ({why})", victim.name));
                 }
@@ -305,6 +320,147 @@ impl Executor {
         }
     }
 
+    async fn update(
+        &self,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+        updates: &[Update],
+        live: &[Arc<Pod>],
+        outcome: &mut Outcome,
+    ) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let revision = super::hash::revision_of(template);
+        for u in updates {
+            let Some(pod) = live
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(u.uid.as_str()))
+            else {
+                continue;
+            };
+            match self
+                .update_one(&api, owner, template, &revision, pod, u)
+                .await
+            {
+                Ok(true) => outcome.updated += 1,
+                Ok(false) => {}
+                Err(f) => {
+                    outcome.failure.get_or_insert(f);
+                }
+            }
+        }
+    }
+
+    /// Updates one Pod in place: the `resize` subresource first when
+    /// resources change (a refusal marks the Pod, which is then replaced),
+    /// then a patch of its images and revision. Returns whether it was
+    /// updated.
+    async fn update_one(
+        &self,
+        api: &Api<Pod>,
+        owner: &Owner,
+        template: &PodTemplateSpec,
+        revision: &str,
+        pod: &Pod,
+        u: &Update,
+    ) -> Result<bool, Failure> {
+        let mut what: Vec<String> = inplace::image_changes(pod, template)
+            .into_iter()
+            .map(|c| format!("image {} -> {}", c.from, c.to))
+            .collect();
+        if u.change == Change::Resources
+            && let Some(patch) = inplace::resize_patch(pod, template)
+        {
+            let resized = api
+                .patch_subresource(
+                    "resize",
+                    &u.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await;
+            match resized {
+                Ok(_) => what.push(format!("resources resized ({})", resource_note(&patch))),
+                Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 404 | 405 | 422) => {
+                    // The cluster does not allow this resize: mark the Pod
+                    // so that the planner replaces it instead.
+                    let mark = serde_json::json!({"metadata": {
+                        "uid": u.uid,
+                        "annotations": {RESIZE_REFUSED_ANNOTATION: revision},
+                    }});
+                    let marked = api
+                        .patch(&u.name, &PatchParams::default(), &Patch::Merge(&mark))
+                        .await;
+                    if let Err(e) = marked {
+                        warn!(pod = %u.name, error = %e, "cannot mark a refused resize");
+                    }
+                    self.event_in_background(
+                        owner,
+                        EventType::Warning,
+                        "ResizeRefused",
+                        "Update",
+                        format!(
+                            "Cannot resize Pod {} in place ({} {}): replacing it instead",
+                            u.name, s.code, s.message
+                        ),
+                    );
+                    return Ok(false);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(false),
+                Err(e) => return Err(self.update_failed(owner, &u.name, &e).await),
+            }
+        }
+        let patch =
+            inplace::update_patch(pod, template, revision, k8s_openapi::jiff::Timestamp::now());
+        self.expectations.expect_update(&owner.key, &u.uid);
+        match api
+            .patch(&u.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(p) => {
+                let rv = p.metadata.resource_version.and_then(|v| v.parse().ok());
+                self.expectations.update_confirmed(&owner.key, &u.uid, rv);
+                if what.is_empty() {
+                    what.push("revision only".into());
+                }
+                self.event_in_background(
+                    owner,
+                    EventType::Normal,
+                    "UpdatedInPlace",
+                    "Update",
+                    format!("Updated Pod {} in place: {}", u.name, what.join(", ")),
+                );
+                Ok(true)
+            }
+            // Gone, or another Pod of that name.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                self.expectations.update_failed(&owner.key, &u.uid);
+                Ok(false)
+            }
+            Err(e) => {
+                self.expectations.update_failed(&owner.key, &u.uid);
+                Err(self.update_failed(owner, &u.name, &e).await)
+            }
+        }
+    }
+
+    async fn update_failed(&self, owner: &Owner, pod: &str, e: &kube::Error) -> Failure {
+        let message = format!("Error updating pod {pod} in place: {}", api_message(e));
+        warn!(%pod, error = %e, "in-place update failed");
+        self.metrics.pod_operation_failed(self.controller, "update");
+        self.event(
+            owner,
+            EventType::Warning,
+            "FailedUpdate",
+            "Update",
+            message.clone(),
+        )
+        .await;
+        Failure {
+            reason: "FailedUpdate",
+            message,
+        }
+    }
+
     /// Records an Event in the background, so that Pod creates and deletes
     /// do not wait for it (the ReplicaSet controller's broadcaster does the
     /// same).
@@ -342,6 +498,30 @@ fn is_owned_by(pod: &Pod, uid: &str) -> bool {
         .iter()
         .flatten()
         .any(|r| r.uid == uid && r.controller == Some(true))
+}
+
+/// What a resize patch asks for, for Events: `redis: requests cpu=200m`.
+fn resource_note(patch: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    for c in patch["spec"]["containers"].as_array().into_iter().flatten() {
+        for kind in ["requests", "limits"] {
+            if let Some(m) = c["resources"][kind].as_object() {
+                let set: Vec<String> = m
+                    .iter()
+                    .map(|(k, v)| match v.as_str() {
+                        Some(q) => format!("{k}={q}"),
+                        None => format!("{k} removed"),
+                    })
+                    .collect();
+                parts.push(format!(
+                    "{}: {kind} {}",
+                    c["name"].as_str().unwrap_or_default(),
+                    set.join(" ")
+                ));
+            }
+        }
+    }
+    parts.join("; ")
 }
 
 /// One Event for every batch of Pods a reconcile created or deleted:

@@ -54,6 +54,22 @@ impl Sent {
 struct Pending {
     creates: HashMap<String, Sent>,
     deletes: HashMap<String, Sent>,
+    /// In-place updates by uid: the resourceVersion the patch produced
+    /// (once it returned) and the highest one seen of that Pod since.
+    updates: HashMap<String, Update>,
+}
+
+#[derive(Clone, Copy)]
+struct Update {
+    sent: Sent,
+    produced: Option<u64>,
+    seen: u64,
+}
+
+impl Update {
+    fn seen(&self) -> bool {
+        self.produced.is_some_and(|rv| self.seen >= rv)
+    }
 }
 
 /// Shared by reconciles and the Pod event stream.
@@ -77,6 +93,58 @@ impl Expectations {
             .or_default()
             .deletes
             .insert(pod_uid.to_string(), Sent::now());
+    }
+
+    /// An in-place update of the Pod with this uid is about to be sent.
+    pub fn expect_update(&self, owner: &OwnerKey, pod_uid: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(owner.clone()).or_default().updates.insert(
+            pod_uid.to_string(),
+            Update {
+                sent: Sent::now(),
+                produced: None,
+                seen: 0,
+            },
+        );
+    }
+
+    /// The apiserver accepted the update; it produced `resource_version`
+    /// (`None` if it is not a number: any later sighting then satisfies it).
+    pub fn update_confirmed(&self, owner: &OwnerKey, pod_uid: &str, resource_version: Option<u64>) {
+        self.update(owner, |p| {
+            if let Some(u) = p.updates.get_mut(pod_uid) {
+                u.sent.confirmed = Some(Instant::now());
+                u.produced = Some(resource_version.unwrap_or(0));
+                if u.seen() {
+                    p.updates.remove(pod_uid);
+                }
+            }
+        });
+    }
+
+    /// An update that failed will never be observed.
+    pub fn update_failed(&self, owner: &OwnerKey, pod_uid: &str) {
+        self.update(owner, |p| {
+            p.updates.remove(pod_uid);
+        });
+    }
+
+    /// A Pod event with this resourceVersion: satisfies an update it shows.
+    pub fn observe_version(
+        &self,
+        owner: &OwnerKey,
+        pod_uid: &str,
+        resource_version: Option<u64>,
+        gone: bool,
+    ) {
+        self.update(owner, |p| {
+            if let Some(u) = p.updates.get_mut(pod_uid) {
+                u.seen = u.seen.max(resource_version.unwrap_or(u64::MAX));
+                if gone || u.seen() {
+                    p.updates.remove(pod_uid);
+                }
+            }
+        });
     }
 
     /// The apiserver accepted the create.
@@ -105,10 +173,11 @@ impl Expectations {
         let mut dropped = 0;
         let before = |s: &Sent| s.confirmed.is_some_and(|c| c < list_started);
         for p in map.values_mut() {
-            let n = p.creates.len() + p.deletes.len();
+            let n = p.creates.len() + p.deletes.len() + p.updates.len();
             p.creates.retain(|_, s| !before(s));
             p.deletes.retain(|_, s| !before(s));
-            dropped += n - p.creates.len() - p.deletes.len();
+            p.updates.retain(|_, u| !before(&u.sent));
+            dropped += n - p.creates.len() - p.deletes.len() - p.updates.len();
         }
         dropped
     }
@@ -154,7 +223,8 @@ impl Expectations {
         };
         p.creates.retain(|_, s| s.live());
         p.deletes.retain(|_, s| s.live());
-        let done = p.creates.is_empty() && p.deletes.is_empty();
+        p.updates.retain(|_, u| u.sent.live());
+        let done = p.creates.is_empty() && p.deletes.is_empty() && p.updates.is_empty();
         if done {
             map.remove(owner);
         }
@@ -209,6 +279,23 @@ mod tests {
             "a live sighting does not satisfy a delete"
         );
         e.observe(&key(), "r-other", "uid-1", true);
+        assert!(e.satisfied(&key()));
+    }
+
+    #[test]
+    fn an_update_blocks_until_the_watch_shows_its_version() {
+        let e = Expectations::default();
+        e.expect_update(&key(), "u1");
+        e.observe_version(&key(), "u1", Some(10), false);
+        assert!(!e.satisfied(&key()), "the patch has not returned");
+        e.update_confirmed(&key(), "u1", Some(12));
+        assert!(!e.satisfied(&key()), "rv 10 is older than the patch");
+        e.observe_version(&key(), "u1", Some(12), false);
+        assert!(e.satisfied(&key()));
+        // The watch was quicker than the patch's answer.
+        e.expect_update(&key(), "u2");
+        e.observe_version(&key(), "u2", Some(20), false);
+        e.update_confirmed(&key(), "u2", Some(20));
         assert!(e.satisfied(&key()));
     }
 

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::inplace::{InPlaceKeys, stamp_keys};
 use super::pods::TEMPLATE_HASH_LABEL;
 
 /// Ten lowercase hex characters of the SHA-256 of the value's JSON form.
@@ -18,9 +19,12 @@ pub fn template_hash<T: Serialize>(template: &T) -> String {
 }
 
 /// Stamps a Pod template with the hash of its contents
-/// ([`TEMPLATE_HASH_LABEL`]), computed before the label is added.
+/// ([`TEMPLATE_HASH_LABEL`]) and its in-place keys (annotations, see
+/// [`super::inplace`]), all computed before anything is added.
 pub fn stamp(mut template: PodTemplateSpec) -> PodTemplateSpec {
     let hash = template_hash(&template);
+    let keys = InPlaceKeys::of_template(&template);
+    stamp_keys(&mut template, keys);
     let metadata = template.metadata.get_or_insert_with(Default::default);
     metadata
         .labels

@@ -6,6 +6,8 @@
 //!   creates, deletes and counts out.
 //! - [`rank`]: the order in which Pods are chosen for deletion.
 //! - [`hash`]: the template hash that tells current Pods from outdated ones.
+//! - [`inplace`]: which outdated Pods can be updated in place, the patches
+//!   that do it, and when such an update is done.
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
@@ -15,6 +17,7 @@ pub mod events;
 pub mod executor;
 pub mod expectations;
 pub mod hash;
+pub mod inplace;
 pub mod plan;
 pub mod pods;
 pub mod rank;

@@ -22,6 +22,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::ObservedPod;
+use super::inplace::{Change, InPlaceKeys};
 use super::rank::sort_for_deletion;
 
 /// How outdated Pods are replaced. Numbers are absolute, already resolved
@@ -44,6 +45,33 @@ pub struct Desired {
     pub strategy: Strategy,
     pub min_ready_seconds: i64,
     pub paused: bool,
+    /// In-place updates, for kinds that opt in (`None`: every outdated Pod
+    /// is replaced).
+    pub in_place: Option<InPlace>,
+}
+
+/// How a kind lets outdated Pods be updated in place (see
+/// [`super::inplace`]). With a rolling update, an outdated Pod whose
+/// template differs from the current one only in container images (or,
+/// with `resize`, in images and resources) is updated where it runs
+/// instead of replaced. An updating Pod is unavailable until it has
+/// settled, so at most `max_unavailable` (or the strategy's maxUnavailable,
+/// if higher) Pods are unavailable because of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InPlace {
+    /// The current template's in-place keys.
+    pub keys: InPlaceKeys,
+    pub max_unavailable: i32,
+    /// Resources may change in place too (the `resize` subresource).
+    pub resize: bool,
+}
+
+/// A Pod to update in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Update {
+    pub name: String,
+    pub uid: String,
+    pub change: Change,
 }
 
 /// Why a Pod is to be deleted.
@@ -55,6 +83,9 @@ pub enum DeleteReason {
     Outdated,
     /// Its owner is being deleted.
     Cleanup,
+    /// It was updated in place, and its node cannot give it the resources
+    /// asked for (the kubelet reported the resize infeasible).
+    ResizeInfeasible,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +118,8 @@ pub struct Plan {
     pub create: i32,
     /// Pods to delete, first to go first.
     pub delete: Vec<Victim>,
+    /// Outdated Pods to update in place, first to go first.
+    pub in_place: Vec<Update>,
     pub counts: Counts,
     /// Every Pod is on the current template, there are exactly `replicas`,
     /// all available, and none is terminating.
@@ -105,11 +138,16 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
     let available = |p: &ObservedPod| p.is_available(min_ready, now);
 
     let active: Vec<&ObservedPod> = pods.iter().filter(|p| p.is_active()).collect();
-    let is_current = |p: &ObservedPod| p.revision.as_deref() == Some(desired.revision.as_str());
+    // A Pod whose in-place resize proved infeasible is outdated, whatever
+    // its label says: it is replaced.
+    let is_current = |p: &ObservedPod| {
+        p.revision.as_deref() == Some(desired.revision.as_str()) && !p.resize_infeasible
+    };
     let new: Vec<&ObservedPod> = active.iter().copied().filter(|p| is_current(p)).collect();
     let old: Vec<&ObservedPod> = active.iter().copied().filter(|p| !is_current(p)).collect();
 
     let mut delete: Vec<Victim> = Vec::new();
+    let mut in_place: Vec<Update> = Vec::new();
     let mut create = 0;
 
     let total = active.len() as i32;
@@ -153,9 +191,27 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
                 max_unavailable,
             } => {
                 let new_count = new.len() as i32;
-                if new_count < replicas {
+                // Outdated Pods that can be updated in place will become
+                // current without a new Pod; the best of them are kept for
+                // that (as many as are still needed), the others replaced.
+                let (mut updatable, mut replace): (Vec<&ObservedPod>, Vec<&ObservedPod>) =
+                    (Vec::new(), Vec::new());
+                for p in &old {
+                    match in_place_change(desired, p) {
+                        Some(_) => updatable.push(p),
+                        None => replace.push(p),
+                    }
+                }
+                let updatable = ranked(&updatable);
+                let excess = updatable
+                    .len()
+                    .saturating_sub((replicas - new_count).max(0) as usize);
+                replace.extend(updatable[..excess].iter().copied());
+                let updatable = &updatable[excess..];
+                let becoming = new_count + updatable.len() as i32;
+                if becoming < replicas {
                     let room = replicas + max_surge.max(0) - total;
-                    create = (replicas - new_count).min(room).max(0);
+                    create = (replicas - becoming).min(room).max(0);
                 } else if new_count > replicas {
                     delete.extend(
                         ranked(&new)
@@ -169,24 +225,48 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
                 let available_count = active.iter().filter(|p| available(p)).count() as i32;
                 let new_unavailable = new.iter().filter(|p| !available(p)).count() as i32;
                 let mut budget = total - min_available - new_unavailable;
-                let old_ranked = ranked(&old);
+                let old_ranked = ranked(&replace);
+                let outdated = |p: &ObservedPod| {
+                    if p.resize_infeasible {
+                        DeleteReason::ResizeInfeasible
+                    } else {
+                        DeleteReason::Outdated
+                    }
+                };
                 // Old Pods that are not available can go without hurting
                 // availability.
                 for p in old_ranked.iter().filter(|p| !available(p)) {
                     if budget <= 0 {
                         break;
                     }
-                    delete.push(victim(p, DeleteReason::Outdated));
+                    delete.push(victim(p, outdated(p)));
                     budget -= 1;
                 }
                 // Available old Pods go only as far as availability allows.
                 let mut may_remove_available = available_count - min_available;
+                let mut available_left = available_count;
                 for p in old_ranked.iter().filter(|p| available(p)) {
                     if may_remove_available <= 0 {
                         break;
                     }
-                    delete.push(victim(p, DeleteReason::Outdated));
+                    delete.push(victim(p, outdated(p)));
                     may_remove_available -= 1;
+                    available_left -= 1;
+                }
+                // In place: unavailable Pods first (they cost nothing), then
+                // available ones as far as the in-place bound allows.
+                if let Some(ip) = &desired.in_place {
+                    let floor = replicas - ip.max_unavailable.max(max_unavailable).max(0);
+                    for p in updatable.iter().filter(|p| !available(p)) {
+                        in_place.push(update(desired, p));
+                    }
+                    for p in updatable.iter().filter(|p| available(p)) {
+                        if available_left - 1 < floor {
+                            break;
+                        }
+                        in_place.push(update(desired, p));
+                        available_left -= 1;
+                    }
                 }
             }
         }
@@ -223,6 +303,7 @@ pub fn plan(desired: &Desired, pods: &[ObservedPod], now: Timestamp) -> Plan {
     Plan {
         create,
         delete,
+        in_place,
         counts,
         complete,
         rolling: !old.is_empty() && !desired.paused,
@@ -255,6 +336,29 @@ pub fn finished_backoff(pods: &[ObservedPod], now: Timestamp) -> Option<i64> {
     let delay = (1i64 << (k - 2).min(16)).min(FINISHED_BACKOFF_MAX_SECONDS);
     let left = newest + delay - now.as_second();
     (left > 0).then_some(left)
+}
+
+/// How `p`, an outdated Pod, can be updated in place to `desired`, if it
+/// can: the kind opted in, the Pod has in-place keys that match, and the
+/// API server has not refused to resize it for this revision.
+pub fn in_place_change(desired: &Desired, p: &ObservedPod) -> Option<Change> {
+    let ip = desired.in_place.as_ref()?;
+    if p.resize_infeasible || p.terminating {
+        return None;
+    }
+    let change = p.in_place.as_ref()?.change_to(&ip.keys, ip.resize)?;
+    if change == Change::Resources && p.resize_refused.as_deref() == Some(&desired.revision) {
+        return None;
+    }
+    Some(change)
+}
+
+fn update(desired: &Desired, p: &ObservedPod) -> Update {
+    Update {
+        name: p.name.clone(),
+        uid: p.uid.clone(),
+        change: in_place_change(desired, p).unwrap_or(Change::Images),
+    }
 }
 
 fn ranked<'a>(pods: &[&'a ObservedPod]) -> Vec<&'a ObservedPod> {
@@ -340,6 +444,7 @@ mod tests {
             strategy,
             min_ready_seconds: 0,
             paused: false,
+            in_place: None,
         }
     }
 
@@ -551,6 +656,112 @@ mod tests {
         assert_eq!(IntOrPercent::parse("30%"), Some(IntOrPercent::Percent(30)));
         assert_eq!(IntOrPercent::parse("2"), Some(IntOrPercent::Int(2)));
         assert_eq!(IntOrPercent::parse("x%"), None);
+    }
+
+    fn keys(k: &str) -> InPlaceKeys {
+        InPlaceKeys {
+            but_images: format!("{k}-i"),
+            but_resources: format!("{k}-r"),
+        }
+    }
+
+    fn in_place(replicas: i32, rev: &str, k: InPlaceKeys) -> Desired {
+        Desired {
+            in_place: Some(InPlace {
+                keys: k,
+                max_unavailable: 1,
+                resize: true,
+            }),
+            ..desired(replicas, rev, ONE_AT_A_TIME)
+        }
+    }
+
+    fn with_keys(mut p: ObservedPod, k: InPlaceKeys) -> ObservedPod {
+        p.in_place = Some(k);
+        p
+    }
+
+    #[test]
+    fn image_only_changes_update_in_place_one_at_a_time() {
+        let d = in_place(3, "new", keys("a"));
+        let mut pods: Vec<_> = (0..3)
+            .map(|i| with_keys(pod(&format!("old{i}"), "old", i), keys("a")))
+            .collect();
+        let p = plan(&d, &pods, now());
+        assert_eq!((p.create, p.delete.len()), (0, 0), "no surge, no deletion");
+        assert_eq!(p.in_place.len(), 1);
+        assert_eq!(p.in_place[0].change, Change::Images);
+        assert!(p.rolling && !p.complete);
+        // The updated Pod is current but not Ready yet: nothing else goes.
+        let name = p.in_place[0].name.clone();
+        let i = pods.iter().position(|x| x.name == name).unwrap();
+        pods[i].revision = Some("new".into());
+        pods[i].ready_since = None;
+        let p = plan(&d, &pods, now());
+        assert!(p.in_place.is_empty() && p.create == 0 && p.delete.is_empty());
+        assert_eq!(p.counts.updated, 1);
+        // Ready again: the next one.
+        pods[i].ready_since = Some(now());
+        assert_eq!(plan(&d, &pods, now()).in_place.len(), 1);
+    }
+
+    #[test]
+    fn resources_go_through_resize_and_anything_else_is_replaced() {
+        let d = in_place(
+            2,
+            "new",
+            InPlaceKeys {
+                but_images: "x".into(),
+                ..keys("a")
+            },
+        );
+        let pods = vec![
+            with_keys(pod("a", "old", 1), keys("a")),
+            with_keys(pod("b", "old", 2), keys("a")),
+        ];
+        let p = plan(&d, &pods, now());
+        assert_eq!(p.in_place.len(), 1);
+        assert_eq!(p.in_place[0].change, Change::Resources);
+        // A refused resize for this revision: replaced (surge first).
+        let mut refused = pods.clone();
+        for x in &mut refused {
+            x.resize_refused = Some("new".into());
+        }
+        let p = plan(&d, &refused, now());
+        assert!(p.in_place.is_empty());
+        assert_eq!(p.create, 1);
+        // Other keys: replaced.
+        let d = in_place(2, "new", keys("b"));
+        let p = plan(&d, &pods, now());
+        assert!(p.in_place.is_empty());
+        assert_eq!(p.create, 1);
+        // An infeasible resize makes a current Pod outdated.
+        let mut stuck = with_keys(pod("c", "new", 3), keys("b"));
+        stuck.resize_infeasible = true;
+        let p = plan(&in_place(1, "new", keys("b")), &[stuck], now());
+        assert_eq!(p.create, 1);
+        assert_eq!(p.counts.updated, 0);
+    }
+
+    #[test]
+    fn with_fewer_replicas_the_worst_updatable_pods_are_replaced_not_updated() {
+        let d = Desired {
+            strategy: Strategy::RollingUpdate {
+                max_surge: 1,
+                max_unavailable: 1,
+            },
+            ..in_place(2, "new", keys("a"))
+        };
+        let pods: Vec<_> = (0..3)
+            .map(|i| with_keys(pod(&format!("old{i}"), "old", i), keys("a")))
+            .collect();
+        let p = plan(&d, &pods, now());
+        assert_eq!(p.create, 0);
+        // The newest goes (deletion order); of the two kept, one is updated
+        // (2 replicas, 1 may be unavailable), the other waits.
+        assert_eq!(names(&p.delete), ["old2"]);
+        let updated: Vec<&str> = p.in_place.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(updated, ["old1"]);
     }
 
     /// Simulates a rollout: each step applies the plan, created Pods become

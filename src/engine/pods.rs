@@ -3,6 +3,8 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
+use super::inplace::{self, InPlaceKeys, RESIZE_REFUSED_ANNOTATION};
+
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 /// The annotation that ranks Pods for scale-down (as for ReplicaSets).
@@ -35,6 +37,12 @@ pub struct ObservedPod {
     /// Has a deletionTimestamp.
     pub terminating: bool,
     pub restarts: i32,
+    /// Its in-place keys, if it has them (see [`super::inplace`]).
+    pub in_place: Option<InPlaceKeys>,
+    /// The revision for which the API server refused to resize it.
+    pub resize_refused: Option<String>,
+    /// The kubelet reported its resize infeasible: it must be replaced.
+    pub resize_infeasible: bool,
 }
 
 impl ObservedPod {
@@ -74,10 +82,21 @@ impl ObservedPod {
             Some("Pending") | None => Phase::Pending,
             Some(_) => Phase::Unknown,
         };
+        let revision = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
+            .cloned();
+        // Updated in place to its current revision and not done yet: not
+        // Ready, whatever its condition says (the kubelet may not have
+        // restarted the container yet).
+        let updating = revision.is_some()
+            && inplace::updated_in_place(pod) == revision.as_deref()
+            && !inplace::settled(pod);
         let ready_since = status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-            .filter(|c| c.status == "True")
+            .filter(|c| c.status == "True" && !updating)
             .map(|c| {
                 c.last_transition_time
                     .as_ref()
@@ -91,11 +110,7 @@ impl ObservedPod {
         Some(ObservedPod {
             name: meta.name.clone()?,
             uid: meta.uid.clone()?,
-            revision: meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
-                .cloned(),
+            revision,
             phase,
             node: pod
                 .spec
@@ -116,6 +131,13 @@ impl ObservedPod {
                 .unwrap_or_default(),
             terminating: meta.deletion_timestamp.is_some(),
             restarts,
+            in_place: InPlaceKeys::read(meta.annotations.as_ref()),
+            resize_refused: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RESIZE_REFUSED_ANNOTATION))
+                .cloned(),
+            resize_infeasible: inplace::resize_infeasible(pod),
         })
     }
 }
@@ -138,6 +160,9 @@ pub(crate) mod test_support {
             created: Timestamp::from_second(created).unwrap(),
             terminating: false,
             restarts: 0,
+            in_place: None,
+            resize_refused: None,
+            resize_infeasible: false,
         }
     }
 

@@ -11,7 +11,14 @@
 //!   it) when that leaves fewer than `replicas - maxUnavailable` Ready live
 //!   Pods, unless the owner is being deleted or uses Recreate;
 //! - **Recreate**: a Pod appears only when no Pod of another template is left,
-//!   terminating ones included.
+//!   terminating ones included;
+//! - **in place**: the operator never changes a Ready Pod's container images
+//!   or resources (an in-place update, which makes it unavailable until it
+//!   settles on the new spec) when that leaves fewer than `replicas -
+//!   max(maxUnavailable, the kind's in-place unavailability)` Ready live
+//!   Pods. A Pod updated in place counts as Ready only once its containers
+//!   report the new image and are ready (podkeeper's own
+//!   `engine::inplace::settled`).
 //!
 //! Live Pods can only rise through a Pod appearing, and Ready ones can only
 //! fall through a Pod going (kwok never turns a Ready Pod unready), so these
@@ -40,6 +47,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
+use podkeeper::engine::inplace;
 use serde::de::DeserializeOwned;
 
 use crate::harness::{TestEnv, is_ready};
@@ -61,16 +69,20 @@ pub struct Limits {
     pub max_surge: i32,
     pub max_unavailable: i32,
     pub recreate: bool,
+    /// Pods an in-place update may take down at once.
+    pub in_place_unavailable: i32,
 }
 
 impl Limits {
-    /// A Redis rolls one Pod at a time: maxSurge 1, maxUnavailable 0.
+    /// A Redis rolls one Pod at a time: maxSurge 1, maxUnavailable 0; with
+    /// 2 or more replicas it updates one Pod at a time in place.
     pub fn of_redis(r: &Redis) -> Self {
         Limits {
             replicas: r.spec.replicas,
             max_surge: 1,
             max_unavailable: 0,
             recreate: false,
+            in_place_unavailable: i32::from(r.spec.replicas >= 2),
         }
     }
 
@@ -87,6 +99,7 @@ impl Limits {
                 max_surge: 0,
                 max_unavailable: replicas,
                 recreate: true,
+                in_place_unavailable: 0,
             };
         }
         let rolling = strategy.and_then(|s| s.rolling_update.as_ref());
@@ -108,6 +121,7 @@ impl Limits {
             max_surge,
             max_unavailable,
             recreate: false,
+            in_place_unavailable: 0,
         }
     }
 
@@ -117,6 +131,10 @@ impl Limits {
 
     fn fewest_ready(&self) -> i32 {
         self.replicas - self.max_unavailable
+    }
+
+    fn fewest_ready_in_place(&self) -> i32 {
+        self.replicas - self.max_unavailable.max(self.in_place_unavailable)
     }
 }
 
@@ -134,6 +152,8 @@ struct PodFacts {
     ready: bool,
     terminating: bool,
     finished: bool,
+    /// The containers' images and resources in the spec.
+    spec: String,
 }
 
 impl PodFacts {
@@ -147,9 +167,20 @@ impl PodFacts {
                 .find(|r| r.controller == Some(true))
                 .map(|r| r.uid.clone()),
             hash: p.labels().get(TEMPLATE_HASH).cloned(),
-            ready: is_ready(p),
+            ready: is_ready(p)
+                && (inplace::updated_in_place(p).is_none()
+                    || inplace::updated_in_place(p)
+                        != p.labels().get(TEMPLATE_HASH).map(String::as_str)
+                    || inplace::settled(p)),
             terminating: p.metadata.deletion_timestamp.is_some(),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
+            spec: p
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .map(|c| format!("{:?} {:?}", c.image, c.resources))
+                .collect::<Vec<_>>()
+                .join("; "),
         }
     }
 
@@ -386,6 +417,8 @@ pub struct OwnerStats {
     pub most_unready: usize,
     /// The most terminating Pods at once.
     pub most_terminating: usize,
+    /// Changes of a Pod's container images or resources (in place).
+    pub in_place_updates: usize,
 }
 
 impl Report {
@@ -467,6 +500,12 @@ fn replay(records: &[Record], deleted_by_test: &BTreeSet<String>, started: Insta
         }
         let took_ready =
             before.as_ref().is_some_and(|b| b.live() && b.ready) && (*gone || !facts.live());
+        let changed_in_place = !*gone
+            && facts.live()
+            && before
+                .as_ref()
+                .is_some_and(|b| b.live() && b.spec != facts.spec);
+        let took_ready_in_place = changed_in_place && before.as_ref().is_some_and(|b| b.ready);
         let by_test = deleted_by_test.contains(&facts.name);
         if took_ready && by_test {
             taken_by_test.entry(uid.clone()).or_default().push(r.seen);
@@ -480,6 +519,9 @@ fn replay(records: &[Record], deleted_by_test: &BTreeSet<String>, started: Insta
         let stats = report.owners.entry(owner_name.clone()).or_default();
         if !listed {
             stats.pod_events += 1;
+        }
+        if changed_in_place {
+            stats.in_place_updates += 1;
         }
         stats.most_live = stats.most_live.max(live);
         stats.most_unready = stats.most_unready.max(live - ready);
@@ -563,6 +605,25 @@ fn replay(records: &[Record], deleted_by_test: &BTreeSet<String>, started: Insta
                 ));
             }
         }
+        if took_ready_in_place {
+            let fewest = current
+                .iter()
+                .map(Limits::fewest_ready_in_place)
+                .min()
+                .unwrap();
+            // As for deletions: Ready Pods the test took away a moment ago
+            // may still be in the view the operator decided on.
+            let unseen = taken_by_test.get(&uid).map_or(0, |at| {
+                at.iter().filter(|t| **t + VIEW_LAG >= r.seen).count()
+            });
+            if ((ready + unseen) as i32) < fewest {
+                broken.push(format!(
+                    "the operator updated Ready {} in place, leaving {ready} Ready ({unseen} more taken by the test within {VIEW_LAG:?}); \
+                     replicas - max(maxUnavailable, in-place unavailability) requires {fewest}",
+                    facts.name
+                ));
+            }
+        }
         for b in broken {
             let mut text = format!(
                 "{owner_name} at rv {}: {b}\n  spec versions then: {:?}\n  its last Pod events:\n",
@@ -591,6 +652,7 @@ mod tests {
                 ready,
                 terminating,
                 finished: false,
+                spec: "image-a".into(),
             },
             gone: false,
         }
@@ -632,6 +694,7 @@ mod tests {
         max_surge: 1,
         max_unavailable: 0,
         recreate: false,
+        in_place_unavailable: 1,
     };
 
     #[test]
@@ -690,6 +753,7 @@ mod tests {
             max_surge: 0,
             max_unavailable: 1,
             recreate: true,
+            in_place_unavailable: 0,
         };
         let r = run(
             vec![
@@ -729,5 +793,45 @@ mod tests {
         ));
         assert_eq!((l.max_surge, l.max_unavailable), (0, 1));
         assert!(Limits::of_application(&app(serde_json::json!({"type": "Recreate"}), 3)).recreate);
+    }
+
+    fn updated(name: &str, ready: bool) -> What {
+        let What::Pod { mut facts, gone } = pod(name, "h2", ready, false) else {
+            unreachable!()
+        };
+        facts.spec = "image-b".into();
+        What::Pod { facts, gone }
+    }
+
+    #[test]
+    fn in_place_updates_are_held_to_their_own_bound() {
+        let three = Limits {
+            replicas: 3,
+            ..ROLLING
+        };
+        let start = || {
+            vec![
+                pod("a", "h1", true, false),
+                pod("b", "h1", true, false),
+                pod("c", "h1", true, false),
+            ]
+        };
+        // One at a time: fine.
+        let mut one = start();
+        one.extend([
+            updated("a", false),
+            updated("a", true),
+            updated("b", false),
+            updated("b", true),
+        ]);
+        let r = run(one, three, &[]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.owner("r").in_place_updates, 2);
+        // Two at once: caught.
+        let mut two = start();
+        two.extend([updated("a", false), updated("b", false)]);
+        let r = run(two, three, &[]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].contains("in place"), "{}", r.violations[0]);
     }
 }

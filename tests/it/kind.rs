@@ -781,6 +781,137 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
 }
 
 #[tokio::test]
+async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replicas_resync() {
+    use podkeeper::kind::versions::REDIS_ROLLOUT_IMAGES;
+    let env = TestEnv::new("kind-in-place").await;
+    let host = replicated(&env, "kv", 3).await;
+    let redis: Api<Redis> = env.api();
+    let old_primary = primary_of(&redis.get("kv").await.unwrap());
+    // 100 keys, on both replicas before the rollout starts.
+    let (ok, out) = cli(
+        &env,
+        &host,
+        &[
+            "eval",
+            "for i=1,100 do redis.call('set','k'..i,i) end return 1",
+            "0",
+        ],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = cli(&env, &host, &["wait", "2", "5000"]);
+    assert!(ok && out.trim() == "2", "WAIT 2: {out}");
+    let facts = |pods: &[Pod]| {
+        let mut v: Vec<(String, String, String, String)> = pods
+            .iter()
+            .map(|p| {
+                (
+                    p.name_any(),
+                    p.uid().unwrap_or_default(),
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.pod_ip.clone())
+                        .unwrap_or_default(),
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.clone())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = facts(&ready_pods(&env, "kv", 3).await);
+
+    let new_image = REDIS_ROLLOUT_IMAGES[0];
+    redis
+        .patch(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": new_image}})),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = env.api();
+    let (r, after) = wait_for(
+        "every Pod running the new image, the Redis Ready",
+        Duration::from_secs(300),
+        || async {
+            let r = redis.get("kv").await.ok()?;
+            let s = r.status.as_ref()?;
+            let ready = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready || s.updated_replicas != 3 || s.observed_generation != r.metadata.generation {
+                return None;
+            }
+            let uid = r.uid()?;
+            let live: Vec<Pod> = pods
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|p| owned_by(p, &uid) && p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let on_new = live.iter().all(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().all(|c| {
+                            c.ready && podkeeper::engine::inplace::same_image(&c.image, new_image)
+                        })
+                    })
+            });
+            (live.len() == 3 && on_new).then_some((r, live))
+        },
+    )
+    .await;
+    assert_eq!(
+        facts(&after),
+        before,
+        "every Pod kept its name, UID, IP and node"
+    );
+    for p in &after {
+        let restarts: i32 = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        assert!(
+            restarts >= 1,
+            "{}: its container restarted on the new image",
+            p.name_any()
+        );
+    }
+    // The old primary handed its role over before it was updated.
+    assert_ne!(primary_of(&r), old_primary, "a switchover happened");
+    let mut masters = 0;
+    for p in &after {
+        let name = p.name_any();
+        if role_of(&env, &name) == "master" {
+            masters += 1;
+        }
+        // Every member resynchronised from the primary: all keys there.
+        assert_eq!(redis_cli(&env, &name, 6379, &["dbsize"]), "100", "{name}");
+    }
+    assert_eq!(masters, 1, "one primary");
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/kv"]);
+    assert!(ok && out.contains("SwitchingOver"), "{out}");
+    for (name, ..) in &before {
+        assert!(
+            out.contains(&format!(
+                "Updated Pod {name} in place: image {REDIS_IMAGE} -> {new_image}"
+            )),
+            "{name}: {out}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_generated_password_guards_every_member_and_replication_uses_it() {
     let env = TestEnv::new("kind-repl-auth").await;
     let redis: Redis = serde_json::from_value(json!({

@@ -7,6 +7,7 @@ mod cluster;
 mod dev;
 mod harness;
 mod hostile;
+mod inplace;
 #[cfg(feature = "kind-e2e")]
 mod kind;
 mod leader;

@@ -18,14 +18,14 @@ use crate::harness::{PodDelays, TestEnv, current_rv, is_ready, owned_by, wait_fo
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-fn redis(name: &str, replicas: i32) -> Redis {
+pub(crate) fn redis(name: &str, replicas: i32) -> Redis {
     let spec: RedisSpec =
         serde_json::from_value(json!({ "replicas": replicas, "image": image("redis:7.4.2") }))
             .unwrap();
     Redis::new(name, spec)
 }
 
-async fn create(env: &TestEnv, name: &str, replicas: i32) -> Redis {
+pub(crate) async fn create(env: &TestEnv, name: &str, replicas: i32) -> Redis {
     let api: Api<Redis> = env.api();
     api.create(&PostParams::default(), &redis(name, replicas))
         .await
@@ -40,7 +40,7 @@ fn finished(p: &Pod) -> bool {
 }
 
 /// Pods owned by the Redis that are neither terminating nor finished.
-async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
+pub(crate) async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
     let pods: Api<Pod> = env.api();
     pods.list(&ListParams::default())
         .await
@@ -53,7 +53,7 @@ async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
 
 /// Waits until the Redis has exactly `n` live Pods, all Ready and on its
 /// current template, and its status says so for its current generation.
-async fn converged(env: &TestEnv, name: &str, n: usize) -> (Redis, Vec<Pod>) {
+pub(crate) async fn converged(env: &TestEnv, name: &str, n: usize) -> (Redis, Vec<Pod>) {
     let api: Api<Redis> = env.api();
     wait_for(
         &format!("{name} to converge to {n} ready Pods"),
@@ -273,8 +273,12 @@ async fn deleted_pods_are_replaced_promptly() {
     op.assert_running();
 }
 
+async fn api_uid(env: &TestEnv, name: &str) -> String {
+    env.api::<Redis>().get(name).await.unwrap().uid().unwrap()
+}
+
 #[tokio::test]
-async fn an_image_change_rolls_out_one_pod_at_a_time() {
+async fn a_config_change_replaces_pods_one_at_a_time() {
     let env = TestEnv::new("redis-roll").await;
     // New Pods take a while to be Ready and old ones to go, so "the next
     // only once its replacement is Ready" is really waited for.
@@ -287,20 +291,34 @@ async fn an_image_change_rolls_out_one_pod_at_a_time() {
     create(&env, "roll", 3).await;
     converged(&env, "roll", 3).await;
 
+    let before: BTreeSet<String> = live_pods(&env, &api_uid(&env, "roll").await)
+        .await
+        .iter()
+        .map(|p| p.uid().unwrap())
+        .collect();
     let recorder = Recorder::start(&env).await;
     let api: Api<Redis> = env.api();
+    // Not an image or resources change: no in-place update, every Pod is
+    // replaced.
     api.patch(
         "roll",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": &image("redis:7.4.3")}})),
+        &Patch::Merge(json!({"spec": {"config": {"maxmemory-policy": "allkeys-lru"}}})),
     )
     .await
     .unwrap();
     let (r, pods) = converged(&env, "roll", 3).await;
+    assert!(pods.iter().all(|p| {
+        p.spec.as_ref().unwrap().containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .join(" ")
+            .contains("--maxmemory-policy allkeys-lru")
+    }));
     assert!(
-        pods.iter()
-            .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref()
-                == Some(image("redis:7.4.3").as_str()))
+        pods.iter().all(|p| !before.contains(&p.uid().unwrap())),
+        "every Pod was replaced"
     );
     assert_eq!(r.status.unwrap().updated_replicas, 3);
     // Never more than replicas + 1 live Pods, never fewer than 3 Ready ones,
