@@ -468,6 +468,9 @@ impl Extras<Redis> for ReplicationExtras {
     ) -> (Replication, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
+        // Until the cache has its first list (a new leader), a Service
+        // missing from it may exist: wait, so the Event says what happened.
+        let _ = self.services.wait_until_ready().await;
         for want in desired_services(redis, owner) {
             let name = want.name_any();
             let live = self.services.state().into_iter().find(|s| {
@@ -527,6 +530,7 @@ impl Extras<Redis> for ReplicationExtras {
 
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
+        let _ = self.services.wait_until_ready().await;
         let live: Vec<Arc<Service>> = self
             .services
             .state()

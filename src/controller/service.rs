@@ -95,7 +95,10 @@ pub fn service_in_sync(want: &Service, live: &Service) -> bool {
     })
 }
 
-fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
+/// The owner's Service in the cache, once the cache has its first list (a
+/// new leader reconciles before then: "no Service" would be a guess).
+async fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
+    let _ = services.wait_until_ready().await;
     services.state().into_iter().find(|s| {
         s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
             && s.owner_references()
@@ -142,7 +145,7 @@ impl Extras<Application> for ServiceExtras {
         _: (),
     ) -> (Network, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let live = live_service(&self.services, owner);
+        let live = live_service(&self.services, owner).await;
         match (desired_service(app, owner), live) {
             (Some(want), Some(live)) if service_in_sync(&want, &live) => {
                 (live.status.clone(), None)
@@ -218,7 +221,7 @@ impl Extras<Application> for ServiceExtras {
 
     /// The Service first, to stop traffic: `Ok(true)` once it is gone.
     async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let Some(svc) = live_service(&self.services, owner) else {
+        let Some(svc) = live_service(&self.services, owner).await else {
             return Ok(true);
         };
         if svc.metadata.deletion_timestamp.is_none() {
