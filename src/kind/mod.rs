@@ -121,8 +121,17 @@ pub fn ensure_workload_images() -> Result<Vec<String>, Error> {
     ]) {
         spec.ensure(&cache)?;
         names.push(spec.name.clone());
+        // Each rollout image is an image of its own (the same layers under
+        // a config with one more label), not a second tag of one image:
+        // container runtimes report a container's image by the image's ID,
+        // so with shared IDs a container on `-rollout-2` could be reported
+        // as running the first tag.
         for alias in aliases {
-            docker::output(&["tag", &spec.name, alias])?;
+            docker::Context::new(&format!(
+                "FROM {}\nLABEL dev.podkeeper.rollout-image=\"{alias}\"\n",
+                spec.name
+            ))?
+            .build(alias)?;
             names.push(alias.to_string());
         }
     }

@@ -33,9 +33,9 @@ pub const NODE_IMAGE_REPOSITORY: &str = "podkeeper.dev/kind-node";
 pub const REDIS_IMAGE: &str = "podkeeper.dev/redis:7.0.15-debian";
 pub const HTTPD_IMAGE: &str = "podkeeper.dev/httpd:busybox-debian";
 
-/// Further tags of the same two images, for tests that roll out from one
-/// image to another (a rollout needs a different image name, not different
-/// contents). `podkeeper kind up` tags and loads them all.
+/// Further images with the same contents as those two (one label more), for
+/// tests that roll out from one image to another. `podkeeper kind up`
+/// builds and loads them all.
 pub const REDIS_ROLLOUT_IMAGES: [&str; 3] = [
     "podkeeper.dev/redis:7.0.15-debian-rollout-2",
     "podkeeper.dev/redis:7.0.15-debian-rollout-3",
