@@ -9,6 +9,8 @@ mod harness;
 mod hostile;
 #[cfg(feature = "kind-e2e")]
 mod kind;
+#[cfg(feature = "kind-e2e")]
+mod kind_under_writes;
 mod leader;
 mod proxy;
 mod redis;

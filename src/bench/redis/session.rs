@@ -80,6 +80,16 @@ impl Session {
             ..Default::default()
         };
         namespaces.create(&PostParams::default(), &ns).await?;
+        Session::within(client, kubeconfig, namespace, client_image).await
+    }
+
+    /// The client Pod in an existing namespace.
+    pub async fn within(
+        client: Client,
+        kubeconfig: &Path,
+        namespace: &str,
+        client_image: &str,
+    ) -> Result<Session, crate::Error> {
         let session = Session {
             client,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -304,6 +314,52 @@ impl Session {
             (live.len() == n && live.iter().all(pod_ready)).then_some((r, live))
         })
         .await
+    }
+}
+
+impl Session {
+    /// The invariant at rest, asked of every redis-server itself once the
+    /// Redis has settled with `n` members: exactly `n` live Pods, one of them
+    /// a master (the status's primary), and every other one its replica with
+    /// the link up. Returns what is wrong, empty if nothing.
+    pub async fn at_rest(&self, name: &str, n: usize, port: u16) -> Result<Vec<String>, crate::Error> {
+        let (r, pods) = self.settled(name, n, Duration::from_secs(600)).await?;
+        let primary = primary_of(&r).unwrap_or_default();
+        let primary_ip = pods
+            .iter()
+            .find(|p| p.name_any() == primary)
+            .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+            .unwrap_or_default();
+        let mut wrong = Vec::new();
+        if pods.len() != n {
+            wrong.push(format!("{} live Pods, want {n}", pods.len()));
+        }
+        for p in &pods {
+            let pod = p.name_any();
+            let info = self.redis_cli(&pod, port, "info replication")?;
+            let field = |k: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{k}:")))
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_default()
+            };
+            let role = field("role");
+            if pod == primary {
+                if role != "master" {
+                    wrong.push(format!("{pod} is the status's primary but its role is {role}"));
+                }
+            } else if role != "slave" {
+                wrong.push(format!("{pod} is a second {role} (primary {primary})"));
+            } else if field("master_host") != primary_ip || field("master_link_status") != "up" {
+                wrong.push(format!(
+                    "{pod} replicates {}:{} (link {}), not {primary} at {primary_ip}",
+                    field("master_host"),
+                    field("master_port"),
+                    field("master_link_status")
+                ));
+            }
+        }
+        Ok(wrong)
     }
 }
 
