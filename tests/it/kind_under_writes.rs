@@ -190,8 +190,8 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
             Fault::DeletePrimaryPod => {
                 pods.delete(&primary, &DeleteParams::default()).await.unwrap();
             }
-            Fault::Kill9Primary => s.kill_9(&primary).unwrap(),
-            Fault::Kill9Replica => s.kill_9(replica.as_deref().unwrap()).unwrap(),
+            Fault::Kill9Primary => s.kill_9(&primary).await.unwrap(),
+            Fault::Kill9Replica => s.kill_9(replica.as_deref().unwrap()).await.unwrap(),
             Fault::KillOperator => kill_operator(),
             Fault::Rollout | Fault::RolloutAndKillOperator => {
                 image = (image + 1) % images.len();

@@ -241,7 +241,24 @@ impl Session {
     /// SIGKILL of the redis-server of `pod`'s first container, from its node
     /// (kind nodes are Docker containers; in the Pod it is pid 1, which
     /// ignores signals sent from its own namespace). Returns when `kill` did.
-    pub fn kill_9(&self, pod: &str) -> Result<(), crate::Error> {
+    pub async fn kill_9(&self, pod: &str) -> Result<(), crate::Error> {
+        let pods: Api<Pod> = self.api();
+        let restarts = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .map_or(0, |c| c.restart_count)
+        };
+        let before = restarts(&pods.get(pod).await?);
+        self.kill_9_now(pod)?;
+        wait(&format!("{pod}'s container to restart"), Duration::from_secs(300), || async {
+            (restarts(&pods.get(pod).await.ok()?) > before).then_some(())
+        })
+        .await
+    }
+
+    fn kill_9_now(&self, pod: &str) -> Result<(), crate::Error> {
         let (ok, out, err) = self.kubectl(&[
             "get",
             "pod",
@@ -311,7 +328,11 @@ impl Session {
                 return None;
             }
             let live = member_pods(&pods, name).await?;
-            (live.len() == n && live.iter().all(pod_ready)).then_some((r, live))
+            let mut names: Vec<String> = live.iter().map(|p| p.name_any()).collect();
+            let mut members: Vec<String> = s.members.iter().map(|m| m.pod.clone()).collect();
+            names.sort();
+            members.sort();
+            (names == members && live.iter().all(pod_ready)).then_some((r, live))
         })
         .await
     }
@@ -323,6 +344,18 @@ impl Session {
     /// a master (the status's primary), and every other one its replica with
     /// the link up. Returns what is wrong, empty if nothing.
     pub async fn at_rest(&self, name: &str, n: usize, port: u16) -> Result<Vec<String>, crate::Error> {
+        // Statuses lag the Pods by a reconcile: what is wrong must stay so.
+        let start = Instant::now();
+        loop {
+            let wrong = self.at_rest_once(name, n, port).await?;
+            if wrong.is_empty() || start.elapsed() > Duration::from_secs(120) {
+                return Ok(wrong);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn at_rest_once(&self, name: &str, n: usize, port: u16) -> Result<Vec<String>, crate::Error> {
         let (r, pods) = self.settled(name, n, Duration::from_secs(600)).await?;
         let primary = primary_of(&r).unwrap_or_default();
         let primary_ip = pods
