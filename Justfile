@@ -2,6 +2,7 @@
 
 kind_cluster := "podkeeper"
 image := "podkeeper:dev"
+target_dir := env_var_or_default("CARGO_TARGET_DIR", "target")
 
 # Run the operator on a local control plane with kwok nodes (built on first use).
 dev *ARGS:
@@ -26,7 +27,7 @@ static:
 # Build the operator image from the `just static` binary (needs a Docker engine; pulls nothing).
 image: static
     mkdir -p target/image
-    cp target/x86_64-unknown-linux-gnu/release/podkeeper target/image/podkeeper
+    cp {{target_dir}}/x86_64-unknown-linux-gnu/release/podkeeper target/image/podkeeper
     docker build -t {{image}} -f Dockerfile target/image
 
 # The kind cluster (1 control plane, 2 workers) with real containers: builds the kind binary,

@@ -125,7 +125,13 @@ impl OperatorProcess {
             ])
             .env("KUBECONFIG", kubeconfig.path())
             .env_remove("WATCH_NAMESPACE")
-            .env("RUST_LOG", "warn")
+            // PODKEEPER_BENCH_OPERATOR_LOG sets the operator's RUST_LOG (say
+            // `warn,podkeeper=debug` for each reconcile's timings in
+            // target/bench/operator.log).
+            .env(
+                "RUST_LOG",
+                std::env::var("PODKEEPER_BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -328,6 +328,11 @@ impl Context {
         let metrics = &self.executor.metrics;
         let controller = self.executor.controller;
         let elapsed = started.elapsed().as_secs_f64();
+        tracing::debug!(
+            elapsed_ms = (elapsed * 1000.0) as u64,
+            ok = result.is_ok(),
+            "reconciled"
+        );
         match result {
             Ok(_) => {
                 let meta = obj.meta();

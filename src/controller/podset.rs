@@ -105,8 +105,9 @@ pub trait Extras<K>: Send + Sync + 'static {
     /// What [`Extras::steer`] hands to [`Extras::apply`].
     type Steer: Default + Send + Sync;
     /// Runs before the engine acts on `plan` (made from `pods`), on every
-    /// reconcile of a valid spec: it may change which Pods the plan deletes
-    /// (Redis keeps its primary until it has handed the role over).
+    /// reconcile of a valid spec whose expectations are satisfied: it may
+    /// change which Pods the plan deletes (Redis keeps its primary until it
+    /// has handed the role over).
     /// Default: nothing.
     fn steer(
         &self,
@@ -285,7 +286,19 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     };
 
     let mut plan = plan(&spec.desired, &pods, now);
-    let steer = ctx.extras.steer(obj, inner, &owner, &pods, &mut plan).await;
+    // While creates or deletes are in flight nothing is acted on and no
+    // status is written (below), so the extras' round (Redis: every member
+    // queried over the network) would be thrown away: it runs once the
+    // event that completes them reconciles again, as the engine's own step.
+    let steer = if satisfied {
+        let steering = Instant::now();
+        let steer = ctx.extras.steer(obj, inner, &owner, &pods, &mut plan).await;
+        tracing::debug!(steer_ms = steering.elapsed().as_millis() as u64, "steered");
+        steer
+    } else {
+        tracing::debug!("expectations pending: no steering");
+        Default::default()
+    };
     let outcome = if satisfied {
         Some(act(inner, &owner, &spec.template, &plan).await)
     } else {

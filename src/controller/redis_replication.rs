@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -152,18 +152,62 @@ fn settings(redis: &Redis) -> Settings {
 
 /// The password `spec.auth` names, read with a GET (the operator may not
 /// list or watch Secrets).
-async fn password(redis: &Redis, ctx: &Context, namespace: &str) -> Result<Option<String>, String> {
+async fn password(redis: &Redis, ctx: &Context, owner: &Owner) -> Result<Option<String>, String> {
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = api.get(&auth.secret_name).await.map_err(|e| {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let unreadable = |e: &kube::Error| {
         format!(
             "cannot read Secret {}: {}",
             auth.secret_name,
-            api_message(&e)
+            api_message(e)
         )
-    })?;
+    };
+    let secret = match api.get_opt(&auth.secret_name).await {
+        Ok(Some(secret)) => secret,
+        // A Secret that does not exist yet is created with a generated
+        // password, owned by the Redis (so it goes with it).
+        Ok(None) => match api
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &generated_secret(redis, owner, &generate_password()),
+            )
+            .await
+        {
+            Ok(secret) => {
+                ctx.executor
+                    .event(
+                        owner,
+                        EventType::Normal,
+                        "SecretCreated",
+                        "CreateSecret",
+                        format!(
+                            "Created Secret {} with a generated password under key {}",
+                            auth.secret_name, auth.key
+                        ),
+                    )
+                    .await;
+                secret
+            }
+            // Created meanwhile (by the user, or a retried request).
+            Err(kube::Error::Api(s)) if s.code == 409 => api
+                .get(&auth.secret_name)
+                .await
+                .map_err(|e| unreadable(&e))?,
+            Err(e) => {
+                return Err(format!(
+                    "cannot create Secret {}: {}",
+                    auth.secret_name,
+                    api_message(&e)
+                ));
+            }
+        },
+        Err(e) => return Err(unreadable(&e)),
+    };
     let bytes = secret
         .data
         .as_ref()
@@ -180,6 +224,48 @@ async fn password(redis: &Redis, ctx: &Context, namespace: &str) -> Result<Optio
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| format!("Secret {} key {} is not UTF-8", auth.secret_name, auth.key))
+}
+
+/// 32 letters and digits from the thread's CSPRNG (about 190 bits).
+pub fn generate_password() -> String {
+    use rand::RngExt;
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
+}
+
+/// The Secret podkeeper creates when `spec.auth` names one that does not
+/// exist: the password under `spec.auth.key`, owned by the Redis. Pure.
+pub fn generated_secret(redis: &Redis, owner: &Owner, password: &str) -> Secret {
+    let auth = redis.spec.auth.as_ref().expect("spec.auth is set");
+    let mut reference = owner.reference.clone();
+    // Owned for garbage collection, not controlled: the Pods' controller
+    // reference is the Redis's, and a Secret is no Pod of the set.
+    reference.controller = None;
+    reference.block_owner_deletion = None;
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(auth.secret_name.clone()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(
+                [
+                    ("app.kubernetes.io/managed-by", "podkeeper"),
+                    ("app.kubernetes.io/name", "redis"),
+                    ("app.kubernetes.io/instance", owner.name.as_str()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ),
+            owner_references: Some(vec![reference]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some([(auth.key.clone(), password.to_string())].into()),
+        ..Default::default()
+    }
 }
 
 fn cause_text(cause: Cause) -> &'static str {
@@ -240,7 +326,7 @@ impl Extras<Redis> for ReplicationExtras {
             retiring.push(r.pod.clone());
         }
         let pods = ctx.owned_pods(&owner.namespace, &owner.reference.uid);
-        let password = match password(redis, ctx, &owner.namespace).await {
+        let password = match password(redis, ctx, owner).await {
             Ok(p) => p,
             Err(message) => {
                 ctx.executor
@@ -547,5 +633,45 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_generated_password_is_32_letters_and_digits_and_never_repeats() {
+        let (a, b) = (generate_password(), generate_password());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_generated_secret_holds_the_key_and_goes_with_the_redis() {
+        let spec = serde_json::from_value(serde_json::json!({"replicas": 1, "image": "redis:7"}));
+        let mut r = Redis::new("cache", spec.unwrap());
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.uid = Some("u-1".into());
+        r.spec.auth = Some(crate::crd::redis::AuthSpec {
+            secret_name: "cache-auth".into(),
+            key: "password".into(),
+        });
+        let owner = Owner::of(&r, "Redis");
+        let s = generated_secret(&r, &owner, "pw");
+        assert_eq!(s.metadata.name.as_deref(), Some("cache-auth"));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(
+            s.string_data
+                .as_ref()
+                .and_then(|d| d.get("password"))
+                .map(String::as_str),
+            Some("pw")
+        );
+        let refs = s.metadata.owner_references.unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(
+            (refs[0].kind.as_str(), refs[0].uid.as_str()),
+            ("Redis", "u-1")
+        );
+        // Garbage-collected with the Redis, but not one of its controlled
+        // objects.
+        assert_eq!(refs[0].controller, None);
     }
 }

@@ -71,7 +71,8 @@ pub struct RedisSpec {
     pub image_pull_policy: PullPolicy,
 
     /// The password of every member (clients and replicas use it): a key of
-    /// a Secret in this namespace. Without it, redis-server asks for none.
+    /// a Secret in this namespace, created with a generated password when
+    /// it does not exist. Without it, redis-server asks for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("size(self.secretName) <= 253 && self.secretName.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.auth.secretName must be a Secret name (a DNS subdomain)"))]
     #[x_kube(validation = Rule::new("size(self.key) >= 1 && size(self.key) <= 253 && self.key.matches('^[-._a-zA-Z0-9]+$')").message("spec.auth.key must be a Secret key (letters, digits, '-', '_', '.')"))]

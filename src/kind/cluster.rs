@@ -176,10 +176,50 @@ pub fn clusters(kind_bin: &Path) -> Result<Vec<String>, Error> {
         .collect())
 }
 
-/// Creates the cluster on `node_image` unless it exists, then sets up the
-/// Pod network and waits for every node to be Ready.
+/// Why an existing cluster cannot be reused, if it cannot: its nodes run
+/// another node image (built from other sources), or its API server does not
+/// answer within a minute (say, its containers came back after the Docker
+/// engine restarted and the control plane did not).
+fn unusable(name: &str, node_image: &str) -> Option<String> {
+    let node = control_plane(name);
+    let image = docker::output(&["inspect", "-f", "{{.Config.Image}}", &node])
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if image != node_image {
+        return Some(format!("its node runs image {image:?}, not {node_image}"));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match control_plane_kubectl(name, &["get", "--raw", "/readyz"]) {
+            Ok(_) => return None,
+            Err(e) if std::time::Instant::now() > deadline => {
+                return Some(format!("its API server did not answer in 60 s: {e}"));
+            }
+            // A control plane whose containers just restarted takes a few
+            // seconds to serve; ask again shortly.
+            Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
+        }
+    }
+}
+
+/// Creates the cluster on `node_image` unless a usable one exists (one that
+/// is not is deleted first), then sets up the Pod network and waits for every
+/// node to be Ready.
 pub fn create(kind_bin: &Path, node_image: &str, opts: &UpOptions) -> Result<(), Error> {
-    if !clusters(kind_bin)?.contains(&opts.name) {
+    let mut exists = clusters(kind_bin)?.contains(&opts.name);
+    if exists {
+        if let Some(why) = unusable(&opts.name, node_image) {
+            super::progress(&format!(
+                "kind cluster {} cannot be reused ({why}): deleting it",
+                opts.name
+            ));
+            delete(kind_bin, &opts.name)?;
+            exists = false;
+        } else {
+            super::progress(&format!("reusing kind cluster {}", opts.name));
+        }
+    }
+    if !exists {
         super::progress(&format!(
             "kind create cluster --name {} (1 control plane, {} workers)",
             opts.name, opts.workers

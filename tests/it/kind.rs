@@ -779,3 +779,67 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/kv"]);
     assert!(ok && out.contains("SwitchingOver"), "{out}");
 }
+
+#[tokio::test]
+async fn a_generated_password_guards_every_member_and_replication_uses_it() {
+    let env = TestEnv::new("kind-repl-auth").await;
+    let redis: Redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1",
+        "kind": "Redis",
+        "metadata": {"name": "locked"},
+        "spec": {"replicas": 2, "image": REDIS_IMAGE, "auth": {"secretName": "locked-auth"}},
+    }))
+    .unwrap();
+    env.api::<Redis>()
+        .create(&PostParams::default(), &redis)
+        .await
+        .unwrap();
+    // Ready: the replica is linked, so it logged in to the primary with
+    // the generated password.
+    let r = settled(&env, "locked", 2).await;
+    let secret = env
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("locked-auth")
+        .await
+        .unwrap();
+    let password = String::from_utf8(secret.data.as_ref().unwrap()["password"].0.clone()).unwrap();
+    assert_eq!(password.len(), 32);
+    let primary = primary_of(&r);
+    let replica = r
+        .status
+        .as_ref()
+        .unwrap()
+        .members
+        .iter()
+        .find(|m| m.pod != primary)
+        .unwrap()
+        .pod
+        .clone();
+    let authed = |pod: &str, command: &[&str]| {
+        let mut args = vec![
+            "redis-cli",
+            "-p",
+            "6379",
+            "--no-auth-warning",
+            "-a",
+            &password,
+        ];
+        args.extend_from_slice(command);
+        exec(&env, pod, &args)
+    };
+    let (_, out) = exec(
+        &env,
+        &primary,
+        &["redis-cli", "-p", "6379", "set", "k", "v"],
+    );
+    assert!(
+        out.contains("NOAUTH"),
+        "a client without the password: {out}"
+    );
+    let (ok, out) = authed(&primary, &["set", "k", "v"]);
+    assert!(ok && out.trim() == "OK", "{out}");
+    let (_, out) = authed(&primary, &["wait", "1", "5000"]);
+    assert_eq!(out.trim(), "1", "the replica acknowledged");
+    let (ok, out) = authed(&replica, &["get", "k"]);
+    assert!(ok && out.trim() == "v", "{out}");
+}

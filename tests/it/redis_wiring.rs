@@ -257,9 +257,9 @@ async fn auth_config_and_failover_are_validated() {
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/renamed"]);
     assert!(ok && out.contains("InvalidSpec"), "{out}");
 
-    // spec.auth naming a Secret that does not exist: the Pods are created
-    // (the kubelet waits for the Secret), the password is not in their
-    // spec, and the condition says why replication waits.
+    // spec.auth naming a Secret that does not exist: podkeeper creates it
+    // with a generated password, owned by the Redis; the Pods read it
+    // through secretKeyRef, so the password is not in their spec.
     create(
         &env,
         "locked",
@@ -267,11 +267,23 @@ async fn auth_config_and_failover_are_validated() {
     )
     .await
     .unwrap();
-    let r = wait_for("AuthSecretUnreadable", TIMEOUT, || async {
-        let r = redis.get("locked").await.ok()?;
-        (condition(&r, "Replicated")?.1 == "AuthSecretUnreadable").then_some(r)
+    let secrets = env.api::<Secret>();
+    let generated = wait_for("the generated Secret", TIMEOUT, || async {
+        secrets.get_opt("pw").await.ok().flatten()
     })
     .await;
+    let password = secret_value(&generated, "password");
+    assert_eq!(password.len(), 32, "{password}");
+    assert!(password.chars().all(|c| c.is_ascii_alphanumeric()));
+    let r = redis.get("locked").await.unwrap();
+    assert!(
+        generated
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == r.uid().unwrap() && o.kind == "Redis"),
+        "{:?}",
+        generated.owner_references()
+    );
     let pods = wait_for("the Pod", TIMEOUT, || async {
         let p = live_pods(&env, &r.uid().unwrap()).await;
         (p.len() == 1).then_some(p)
@@ -291,20 +303,69 @@ async fn auth_config_and_failover_are_validated() {
             .name,
         "pw"
     );
-    // Once the Secret exists, the operator reads it (RBAC: get secrets).
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/locked"]);
+    assert!(ok && out.contains("SecretCreated"), "{out}");
+
+    // A Secret the user made is used as it is, never overwritten; one
+    // without the key is reported.
     let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "pw"},
-        "stringData": {"password": "s3cret"},
+        "metadata": {"name": "given"},
+        "stringData": {"other": "s3cret"},
     }))
     .unwrap();
-    env.api::<Secret>()
+    secrets
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    wait_for("the Secret read", TIMEOUT, || async {
-        let r = redis.get("locked").await.ok()?;
-        (condition(&r, "Replicated")?.1 != "AuthSecretUnreadable").then_some(())
+    create(
+        &env,
+        "given",
+        json!({"replicas": 1, "auth": {"secretName": "given", "key": "other"}}),
+    )
+    .await
+    .unwrap();
+    create(
+        &env,
+        "keyless",
+        json!({"replicas": 1, "auth": {"secretName": "given"}}),
+    )
+    .await
+    .unwrap();
+    let r = wait_for("AuthSecretUnreadable", TIMEOUT, || async {
+        let r = redis.get("keyless").await.ok()?;
+        (condition(&r, "Replicated")?.1 == "AuthSecretUnreadable").then_some(r)
+    })
+    .await;
+    assert!(
+        condition(&r, "Replicated")
+            .unwrap()
+            .2
+            .contains("has no key password")
+    );
+    wait_for("the given Secret read", TIMEOUT, || async {
+        let r = redis.get("given").await.ok()?;
+        let reason = condition(&r, "Replicated")?.1;
+        (reason != "AuthSecretUnreadable").then_some(())
+    })
+    .await;
+    let given = secrets.get("given").await.unwrap();
+    assert_eq!(secret_value(&given, "other"), "s3cret");
+    assert!(given.owner_references().is_empty());
+
+    // The generated Secret goes with its Redis (garbage collector).
+    redis.delete("locked", &Default::default()).await.unwrap();
+    wait_for("the generated Secret gone", TIMEOUT, || async {
+        matches!(secrets.get_opt("pw").await, Ok(None)).then_some(())
     })
     .await;
     op.assert_running();
+}
+
+fn secret_value(secret: &Secret, key: &str) -> String {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .unwrap_or_else(|| panic!("Secret has no key {key}"));
+    String::from_utf8(bytes.0.clone()).unwrap()
 }
