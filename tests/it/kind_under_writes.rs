@@ -4,7 +4,7 @@
 //! `WAIT 1`, and the tests assert outcomes: no acknowledged write lost,
 //! never two primaries (checked by the client and at every Pod and Redis
 //! event), the exact Pod count. `podkeeper bench-redis` times the same
-//! steps (BENCHMARKS.md); nothing here asserts a duration.
+//! steps; nothing here asserts a duration.
 
 use std::time::Duration;
 
@@ -39,12 +39,20 @@ async fn kill_9_failovers_under_writes_lose_no_acknowledged_write_and_never_show
     let env = TestEnv::new("kind-w-kill").await;
     let s = session(&env).await;
     let f = bench::failovers(&s, 3, 2).await.expect("two failovers");
-    assert_eq!(f.to_new_primary_s.len(), 2, "a new primary took writes each time");
+    assert_eq!(
+        f.to_new_primary_s.len(),
+        2,
+        "a new primary took writes each time"
+    );
     assert!(f.acknowledged > 0);
     assert_eq!(f.acknowledged_lost, 0, "acknowledged writes lost");
     assert_eq!(f.client_overlaps, 0, "the client saw two primaries");
     assert!(f.watch_events > 0);
-    assert_eq!(f.watch_violations, Vec::<String>::new(), "two primaries at an event");
+    assert_eq!(
+        f.watch_violations,
+        Vec::<String>::new(),
+        "two primaries at an event"
+    );
 }
 
 #[tokio::test]
@@ -55,9 +63,16 @@ async fn image_rollouts_under_writes_switch_over_and_lose_no_acknowledged_write(
     assert_eq!(r.switchovers, 2, "each rollout moved the primary");
     assert!(r.acknowledged > 0);
     assert_eq!(r.acknowledged_lost, 0, "acknowledged writes lost");
-    assert!(r.success.iter().all(|&x| x > 0.0), "writes went through during every rollout");
+    assert!(
+        r.success.iter().all(|&x| x > 0.0),
+        "writes went through during every rollout"
+    );
     assert_eq!(r.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(r.watch_violations, Vec::<String>::new(), "two primaries at an event");
+    assert_eq!(
+        r.watch_violations,
+        Vec::<String>::new(),
+        "two primaries at an event"
+    );
     let (ok, out, _) = s.kubectl(&["events", "--for", "redis/rollout"]);
     assert!(ok && out.contains("SwitchingOver"), "{out}");
 }
@@ -70,7 +85,11 @@ async fn scale_5_to_1_under_writes_keeps_the_primary_and_every_key() {
     assert!(d.accepted > 0);
     assert_eq!(d.accepted_lost, 0, "accepted writes lost");
     assert_eq!(d.primary_kept, 1, "the primary stayed");
-    assert_eq!(d.watch_violations, Vec::<String>::new(), "two primaries at an event");
+    assert_eq!(
+        d.watch_violations,
+        Vec::<String>::new(),
+        "two primaries at an event"
+    );
 }
 
 /// One disruption of the chaos run.
@@ -151,22 +170,30 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
     let s = session(&env).await;
     let name = "chaos";
     let mut replicas = 3usize;
-    s.create_redis(name, replicas as i32, REDIS_IMAGE).await.unwrap();
-    s.settled(name, replicas, Duration::from_secs(600)).await.unwrap();
+    s.create_redis(name, replicas as i32, REDIS_IMAGE)
+        .await
+        .unwrap();
+    s.settled(name, replicas, Duration::from_secs(600))
+        .await
+        .unwrap();
     let host = s.cluster_ip(name).await.unwrap();
-    s.start_writer(&host, PORT, 1).unwrap();
+    s.start_writer(&host, PORT, 1).await.unwrap();
     s.writes_accepted(20).await.unwrap();
     let watch = InvariantWatch::start(&s, name);
     let redis: Api<Redis> = s.api();
     let pods: Api<Pod> = s.api();
-    let images: Vec<&str> = std::iter::once(REDIS_IMAGE).chain(REDIS_ROLLOUT_IMAGES).collect();
+    let images: Vec<&str> = std::iter::once(REDIS_IMAGE)
+        .chain(REDIS_ROLLOUT_IMAGES)
+        .collect();
     let mut image = 0;
     for step in 0..steps {
         let fault = FAULTS[rng.random_range(0..FAULTS.len())];
         let r = redis.get(name).await.unwrap();
         let primary = primary_of(&r).unwrap();
         let members: Vec<String> = pods
-            .list(&ListParams::default().labels(&podkeeper::controller::redis::selector_string(name)))
+            .list(
+                &ListParams::default().labels(&podkeeper::controller::redis::selector_string(name)),
+            )
             .await
             .unwrap()
             .items
@@ -188,10 +215,16 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
                     .unwrap();
             }
             Fault::DeletePrimaryPod => {
-                pods.delete(&primary, &DeleteParams::default()).await.unwrap();
+                pods.delete(&primary, &DeleteParams::default())
+                    .await
+                    .unwrap();
             }
-            Fault::Kill9Primary => s.kill_9(&primary).await.unwrap(),
-            Fault::Kill9Replica => s.kill_9(replica.as_deref().unwrap()).await.unwrap(),
+            Fault::Kill9Primary => {
+                s.kill_9(&primary).await.unwrap();
+            }
+            Fault::Kill9Replica => {
+                s.kill_9(replica.as_deref().unwrap()).await.unwrap();
+            }
             Fault::KillOperator => kill_operator(),
             Fault::Rollout | Fault::RolloutAndKillOperator => {
                 image = (image + 1) % images.len();
@@ -207,7 +240,9 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
                             let now = pods.list(&ListParams::default()).await.ok()?;
                             now.items
                                 .iter()
-                                .any(|p| p.name_any() != "client" && !members.contains(&p.name_any()))
+                                .any(|p| {
+                                    p.name_any() != "client" && !members.contains(&p.name_any())
+                                })
                                 .then_some(())
                         },
                     )
@@ -225,30 +260,55 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
         }
         if matches!(fault, Fault::Rollout | Fault::RolloutAndKillOperator) {
             let want = images[image];
-            podkeeper::bench::redis::session::wait("the rollout", Duration::from_secs(600), || async {
-                let (_, live) = s.settled(name, replicas, Duration::from_secs(600)).await.ok()?;
-                live.iter()
-                    .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(want))
-                    .then_some(())
-            })
+            podkeeper::bench::redis::session::wait(
+                "the rollout",
+                Duration::from_secs(600),
+                || async {
+                    let (_, live) = s
+                        .settled(name, replicas, Duration::from_secs(600))
+                        .await
+                        .ok()?;
+                    live.iter()
+                        .all(|p| {
+                            p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(want)
+                        })
+                        .then_some(())
+                },
+            )
             .await
             .unwrap();
         }
         if matches!(fault, Fault::DeletePrimaryPod | Fault::Kill9Primary) {
-            podkeeper::bench::redis::session::wait("a new primary", Duration::from_secs(300), || async {
-                (primary_of(&redis.get(name).await.ok()?)? != primary).then_some(())
-            })
+            podkeeper::bench::redis::session::wait(
+                "a new primary",
+                Duration::from_secs(300),
+                || async { (primary_of(&redis.get(name).await.ok()?)? != primary).then_some(()) },
+            )
             .await
             .unwrap();
         }
         let wrong = s.at_rest(name, replicas, PORT).await.unwrap();
-        assert_eq!(wrong, Vec::<String>::new(), "after step {step} ({fault:?}), seed {seed}");
+        assert_eq!(
+            wrong,
+            Vec::<String>::new(),
+            "after step {step} ({fault:?}), seed {seed}"
+        );
         s.writes_accepted(5).await.unwrap();
         let (writes, _) = s.writes().unwrap();
-        let lost = s.lost(&host, PORT, &writer::acknowledged(&writes, 1)).unwrap();
-        assert_eq!(lost, Vec::<u64>::new(), "acknowledged writes lost after step {step} ({fault:?}), seed {seed}");
+        let lost = s
+            .lost(&host, PORT, &writer::acknowledged(&writes, 1))
+            .unwrap();
+        assert_eq!(
+            lost,
+            Vec::<u64>::new(),
+            "acknowledged writes lost after step {step} ({fault:?}), seed {seed}"
+        );
         let overlaps = writer::overlapping_primaries(&writes);
-        assert_eq!(overlaps, vec![], "the client saw two primaries, seed {seed}");
+        assert_eq!(
+            overlaps,
+            vec![],
+            "the client saw two primaries, seed {seed}"
+        );
         assert_eq!(watch.seen().violations, Vec::<String>::new(), "seed {seed}");
     }
     let writes = s.stop_writer().await.unwrap();

@@ -66,8 +66,9 @@ pub struct Failovers {
     pub to_new_primary_s: Vec<f64>,
     /// From the old primary's last accepted write to the new one's first, s.
     pub client_gap_s: Vec<f64>,
-    /// Writes accepted after the kill by a server other than the new
-    /// primary (the restarted, empty old one).
+    /// Writes accepted after the kill and before the new primary's first by
+    /// a server that is neither the killed nor the new primary (say the
+    /// restarted, empty old one).
     pub accepted_elsewhere: usize,
     pub acknowledged: usize,
     pub acknowledged_lost: usize,
@@ -81,13 +82,15 @@ pub struct Failovers {
 pub struct Rollouts {
     pub runs: usize,
     pub switchovers: usize,
-    /// Longest pause between accepted writes during each rollout, s.
+    /// Longest pause between accepted writes overlapping each rollout, s.
     pub pause_s: Vec<f64>,
     /// Accepted / attempted writes during each rollout.
     pub success: Vec<f64>,
     pub rollout_s: Vec<f64>,
     pub pods_before: usize,
-    /// Pods that kept their name, UID and IP.
+    /// Pods still there after the rollout (same UID).
+    pub pods_kept: usize,
+    /// Pods whose IP a member still has after the rollout.
     pub pods_kept_ip: usize,
     pub acknowledged: usize,
     pub acknowledged_lost: usize,
@@ -109,8 +112,14 @@ pub struct ScaleDowns {
     pub load: (String, String),
 }
 
+/// How the figures are made, in the JSON and above the tables.
+pub const METHOD: &str = "A client Pod (our Redis image, bash) writes keys w1, w2, ... one at a time through the Redis's <name> Service ClusterIP, one TCP connection per write, pipelining SET, WAIT 1 1000, INFO server replication and QUIT; each attempt gives up after 3 s, a refused one is retried after 20 ms. A write is accepted when SET answers +OK and acknowledged when WAIT on the same connection counts at least 1 replica; acknowledged writes are read back through the Service at the end. Times are the client's (end of a write) against the bench's clock, both on this host. Two primaries are checked at every Pod and Redis watch event (two live Pods labelled primary, or two status members primary) and by the client (a primary term, run_id and master_replid, that accepts writes again after another term did). Percentiles are nearest-rank over the runs: with fewer than 100 runs p99 is the maximum. The Redis has no spec.auth.";
+
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    pub method: String,
+    /// Cores of this machine (the kind nodes share them).
+    pub cores: usize,
     pub members: i32,
     pub failovers: Failovers,
     pub rollouts: Rollouts,
@@ -120,32 +129,49 @@ pub struct Report {
 pub async fn run(args: BenchRedisArgs) -> Result<(), crate::Error> {
     let session = Session::create(&args.kubeconfig, &args.namespace, REDIS_IMAGE).await?;
     let mut report = Report {
+        method: METHOD.into(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
         members: args.members,
         ..Default::default()
     };
-    if args.failovers > 0 {
-        report.failovers = failovers(&session, args.members, args.failovers).await?;
-    }
-    if args.rollouts > 0 {
-        report.rollouts = rollouts(&session, args.members, args.rollouts).await?;
-    }
-    if args.scale_downs > 0 {
-        report.scale_downs = scale_downs(&session, args.scale_downs).await?;
-    }
+    let result = measure(&session, &args, &mut report).await;
+    // What was measured is kept even if a later step failed.
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?).map_err(other)?;
     }
     print!("{}", markdown(&report));
+    result
+}
+
+async fn measure(
+    session: &Session,
+    args: &BenchRedisArgs,
+    report: &mut Report,
+) -> Result<(), crate::Error> {
+    if args.failovers > 0 {
+        report.failovers = failovers(session, args.members, args.failovers).await?;
+    }
+    if args.rollouts > 0 {
+        report.rollouts = rollouts(session, args.members, args.rollouts).await?;
+    }
+    if args.scale_downs > 0 {
+        report.scale_downs = scale_downs(session, args.scale_downs).await?;
+    }
     Ok(())
 }
 
 /// The Redis `name` with `n` members, settled, and the writer started on
 /// its primary Service; returns the Service's ClusterIP.
-async fn start(session: &Session, name: &str, n: i32, wait_replicas: u32) -> Result<String, crate::Error> {
+async fn start(
+    session: &Session,
+    name: &str,
+    n: i32,
+    wait_replicas: u32,
+) -> Result<String, crate::Error> {
     session.create_redis(name, n, REDIS_IMAGE).await?;
     session.settled(name, n as usize, STEP_TIMEOUT).await?;
     let host = session.cluster_ip(name).await?;
-    session.start_writer(&host, PORT, wait_replicas)?;
+    session.start_writer(&host, PORT, wait_replicas).await?;
     session.writes_accepted(20).await?;
     Ok(host)
 }
@@ -175,8 +201,7 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
         let old = primary_of(&r).ok_or_else(|| other("no primary"))?;
         let old_run_id = session.run_id(&old, PORT)?;
         session.writes_accepted(10).await?;
-        let killed_at = now();
-        session.kill_9(&old).await?;
+        let killed_at = session.kill_9(&old).await?;
         let redis = session.api::<crate::crd::Redis>();
         session::wait("a new primary", STEP_TIMEOUT, || async {
             let r = redis.get(name).await.ok()?;
@@ -191,31 +216,21 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
         let (writes, _) = session.writes()?;
         let first = writer::first_accepted_after(&writes, killed_at, &[old_run_id.as_str()])
             .ok_or_else(|| other("no write accepted after the kill"))?;
-        let to_new = writes
-            .iter()
-            .find(|a| a.accepted && a.end > killed_at && a.run_id.as_deref() == Some(new_run_id.as_str()))
+        let w = writer::failover(&writes, killed_at, &old_run_id, &new_run_id)
             .ok_or_else(|| other("no write accepted by the new primary"))?;
-        let ours = [old_run_id.as_str(), new_run_id.as_str()];
-        f.accepted_elsewhere += writes
-            .iter()
-            .filter(|a| a.accepted && a.end > killed_at && a.end < to_new.end)
-            .filter(|a| !a.run_id.as_deref().is_some_and(|r| ours.contains(&r)))
-            .count();
-        // The kill lands while `docker exec` runs: the client saw it after
-        // the old primary's last accepted write.
-        let last_old = writes
-            .iter()
-            .filter(|a| a.accepted && a.end < to_new.end)
-            .rfind(|a| a.run_id.as_deref() == Some(old_run_id.as_str()))
-            .map_or(killed_at, |a| a.end);
-        let gap = to_new.end - last_old;
-        f.to_new_primary_s.push(to_new.end - killed_at);
-        f.client_gap_s.push(gap);
+        f.accepted_elsewhere += w.accepted_elsewhere;
+        f.to_new_primary_s.push(w.to_new_primary_s);
+        f.client_gap_s.push(w.client_gap_s);
         progress(&format!(
-            "failover {}/{runs}: {old} -> {new}: first write accepted {:.2} s after the kill (by {}), client gap {gap:.2} s",
+            "failover {}/{runs}: {old} -> {new}: first write accepted {:.2} s after the kill (by {}), client gap {:.2} s",
             run + 1,
-            to_new.end - killed_at,
-            if first.run_id == to_new.run_id { "the new primary" } else { "another server first" },
+            w.to_new_primary_s,
+            if first.run_id.as_deref() == Some(new_run_id.as_str()) {
+                "the new primary"
+            } else {
+                "another server first"
+            },
+            w.client_gap_s,
         ));
     }
     let writes = session.stop_writer().await?;
@@ -235,7 +250,10 @@ fn pod_identity(p: &Pod) -> (String, String, String) {
     (
         p.name_any(),
         p.uid().unwrap_or_default(),
-        p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
+        p.status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_default(),
     )
 }
 
@@ -249,7 +267,9 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
     };
     let host = start(session, name, n, 1).await?;
     let watch = InvariantWatch::start(session, name);
-    let images: Vec<&str> = std::iter::once(REDIS_IMAGE).chain(REDIS_ROLLOUT_IMAGES).collect();
+    let images: Vec<&str> = std::iter::once(REDIS_IMAGE)
+        .chain(REDIS_ROLLOUT_IMAGES)
+        .collect();
     for run in 0..runs {
         let (r, before) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
         let old_primary = primary_of(&r).ok_or_else(|| other("no primary"))?;
@@ -262,12 +282,16 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
         let (r, after) = session::wait("the rollout", STEP_TIMEOUT, || async {
             let (r, after) = session.settled(name, n as usize, STEP_TIMEOUT).await.ok()?;
             let all = after.iter().all(|p| {
-                p.spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some(image))
+                p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers[0].image.as_deref() == Some(image))
             });
             all.then_some((r, after))
         })
         .await?;
         let ended = now();
+        // One accepted write after the end closes the last pause.
+        session.writes_accepted(1).await?;
         let (writes, _) = session.writes()?;
         let during: Vec<_> = writes
             .iter()
@@ -281,14 +305,22 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
             out.switchovers += 1;
         }
         let after: Vec<_> = after.iter().map(pod_identity).collect();
-        let kept = before.iter().filter(|b| after.contains(b)).count();
+        let kept = before
+            .iter()
+            .filter(|b| after.iter().any(|a| a.1 == b.1))
+            .count();
+        let kept_ip = before
+            .iter()
+            .filter(|b| !b.2.is_empty() && after.iter().any(|a| a.2 == b.2))
+            .count();
         out.pods_before += before.len();
-        out.pods_kept_ip += kept;
+        out.pods_kept += kept;
+        out.pods_kept_ip += kept_ip;
         out.pause_s.push(pause);
         out.success.push(s.success_ratio);
         out.rollout_s.push(ended - started);
         progress(&format!(
-            "rollout {}/{runs} to {image}: {:.1} s, primary {old_primary} -> {new_primary}, longest write pause {pause:.2} s, {}/{} writes accepted, {kept}/{} Pods kept their IP",
+            "rollout {}/{runs} to {image}: {:.1} s, primary {old_primary} -> {new_primary}, longest write pause {pause:.2} s, {}/{} writes accepted, {kept}/{} Pods kept (UID), {kept_ip} IPs kept",
             run + 1,
             ended - started,
             s.accepted,
@@ -322,11 +354,17 @@ pub async fn scale_downs(session: &Session, runs: usize) -> Result<ScaleDowns, c
         let watch = InvariantWatch::start(session, &name);
         let (r, _) = session.settled(&name, 5, STEP_TIMEOUT).await?;
         let primary = primary_of(&r);
-        session.patch_redis(&name, serde_json::json!({"replicas": 1})).await?;
+        session
+            .patch_redis(&name, serde_json::json!({"replicas": 1}))
+            .await?;
         let (r, _) = session.settled(&name, 1, STEP_TIMEOUT).await?;
         session.writes_accepted(3).await?;
         let writes = session.stop_writer().await?;
-        let accepted: Vec<u64> = writes.iter().filter(|a| a.accepted).map(|a| a.key).collect();
+        let accepted: Vec<u64> = writes
+            .iter()
+            .filter(|a| a.accepted)
+            .map(|a| a.key)
+            .collect();
         let acked = writer::acknowledged(&writes, 1);
         let lost_accepted = session.lost(&host, PORT, &accepted)?;
         out.accepted += accepted.len();
@@ -354,6 +392,7 @@ fn fmt_p(p: &Percentiles) -> String {
 /// The figures as Markdown, with their method.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "Method: {}\n\nCores: {}.\n", r.method, r.cores);
     let f = &r.failovers;
     if f.runs > 0 {
         let _ = writeln!(
@@ -362,12 +401,25 @@ pub fn markdown(r: &Report) -> String {
             f.runs, r.members, f.load.0, f.load.1
         );
         let _ = writeln!(s, "| measure | p50 / p99 / max (s) |\n|---|---|");
-        let _ = writeln!(s, "| `kill -9` issued to the first write accepted by the new primary (includes the `docker exec` that sends it) | {} |", fmt_p(&percentiles(&f.to_new_primary_s)));
-        let _ = writeln!(s, "| the client's outage: last write accepted by the old primary to the first by the new | {} |\n", fmt_p(&percentiles(&f.client_gap_s)));
         let _ = writeln!(
             s,
-            "Acknowledged writes (WAIT 1) lost: {} of {}. Writes accepted after a kill by a server other than the new primary: {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
-            f.acknowledged_lost, f.acknowledged, f.accepted_elsewhere, f.client_overlaps, f.watch_violations.len(), f.watch_events
+            "| `docker exec` of the `kill -9` started to the end of the first write accepted by the new primary | {} |",
+            fmt_p(&percentiles(&f.to_new_primary_s))
+        );
+        let _ = writeln!(
+            s,
+            "| the client's outage: last write accepted by the old primary to the first by the new | {} |\n",
+            fmt_p(&percentiles(&f.client_gap_s))
+        );
+        let _ = writeln!(
+            s,
+            "Acknowledged writes (WAIT 1) lost: {} of {}. Writes accepted after a kill, before the new primary's first, by neither the killed nor the new primary: {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
+            f.acknowledged_lost,
+            f.acknowledged,
+            f.accepted_elsewhere,
+            f.client_overlaps,
+            f.watch_violations.len(),
+            f.watch_events
         );
     }
     let o = &r.rollouts;
@@ -378,8 +430,16 @@ pub fn markdown(r: &Report) -> String {
             o.runs, r.members, o.load.0, o.load.1
         );
         let _ = writeln!(s, "| measure | p50 / p99 / max |\n|---|---|");
-        let _ = writeln!(s, "| longest write pause per rollout (s) | {} |", fmt_p(&percentiles(&o.pause_s)));
-        let _ = writeln!(s, "| rollout duration (s) | {} |", fmt_p(&percentiles(&o.rollout_s)));
+        let _ = writeln!(
+            s,
+            "| longest pause between accepted writes, per rollout (s) | {} |",
+            fmt_p(&percentiles(&o.pause_s))
+        );
+        let _ = writeln!(
+            s,
+            "| rollout duration (s) | {} |",
+            fmt_p(&percentiles(&o.rollout_s))
+        );
         let min_success = o.success.iter().copied().fold(f64::INFINITY, f64::min);
         let _ = writeln!(
             s,
@@ -389,8 +449,19 @@ pub fn markdown(r: &Report) -> String {
         );
         let _ = writeln!(
             s,
-            "Switchovers: {} (the primary moved in {} of {} rollouts). Acknowledged writes (WAIT 1) lost: {} of {}. Pods that kept their name, UID and IP: {} of {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
-            o.switchovers, o.switchovers, o.runs, o.acknowledged_lost, o.acknowledged, o.pods_kept_ip, o.pods_before, o.client_overlaps, o.watch_violations.len(), o.watch_events
+            "Switchovers: {} (the primary moved in {} of {} rollouts). Acknowledged writes (WAIT 1) lost: {} of {}. Pods still there after their rollout (same UID): {} of {}; whose IP a member still had: {} of {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
+            o.switchovers,
+            o.switchovers,
+            o.runs,
+            o.acknowledged_lost,
+            o.acknowledged,
+            o.pods_kept,
+            o.pods_before,
+            o.pods_kept_ip,
+            o.pods_before,
+            o.client_overlaps,
+            o.watch_violations.len(),
+            o.watch_events
         );
     }
     let d = &r.scale_downs;
@@ -398,10 +469,24 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             s,
             "### Scale 5 -> 1 under writes ({} runs)\n\nLoad averages: {} at the start, {} at the end.\n\nAccepted writes lost: {} of {}; acknowledged (WAIT 1) lost: {} of {}; the primary stayed in {} of {} runs; two primaries at Pod and Redis events: {}.\n",
-            d.runs, d.load.0, d.load.1, d.accepted_lost, d.accepted, d.acknowledged_lost, d.acknowledged, d.primary_kept, d.runs, d.watch_violations.len()
+            d.runs,
+            d.load.0,
+            d.load.1,
+            d.accepted_lost,
+            d.accepted,
+            d.acknowledged_lost,
+            d.acknowledged,
+            d.primary_kept,
+            d.runs,
+            d.watch_violations.len()
         );
     }
-    for v in f.watch_violations.iter().chain(&o.watch_violations).chain(&d.watch_violations) {
+    for v in f
+        .watch_violations
+        .iter()
+        .chain(&o.watch_violations)
+        .chain(&d.watch_violations)
+    {
         let _ = writeln!(s, "- violation: {v}");
     }
     s

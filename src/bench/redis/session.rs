@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -48,6 +48,8 @@ pub struct Session {
 
 /// The client Pod's name.
 pub const CLIENT: &str = "client";
+/// The writer's `WAIT` timeout, ms.
+pub const WAIT_TIMEOUT_MS: u32 = 1000;
 
 impl Session {
     /// Creates `namespace` (deleting a leftover of the same name first) and
@@ -67,9 +69,18 @@ impl Session {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         if namespaces.get_opt(namespace).await?.is_some() {
             let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
-            wait(&format!("the old namespace {namespace} to go"), Duration::from_secs(300), || async {
-                namespaces.get_opt(namespace).await.ok()?.is_none().then_some(())
-            })
+            wait(
+                &format!("the old namespace {namespace} to go"),
+                Duration::from_secs(300),
+                || async {
+                    namespaces
+                        .get_opt(namespace)
+                        .await
+                        .ok()?
+                        .is_none()
+                        .then_some(())
+                },
+            )
             .await?;
         }
         let ns = Namespace {
@@ -164,15 +175,30 @@ impl Session {
         Err(other(format!("exec in {pod}: {last}")))
     }
 
-    /// Starts the writer in the client Pod, detached from the exec.
-    pub fn start_writer(&self, host: &str, port: u16, replicas: u32) -> Result<(), crate::Error> {
-        let script = writer::script(host, port, replicas, 1000);
+    /// Starts the writer in the client Pod, detached from the exec, and
+    /// returns once it has started a new log (a previous writer's log is
+    /// removed first, so that counts start from zero).
+    pub async fn start_writer(
+        &self,
+        host: &str,
+        port: u16,
+        replicas: u32,
+    ) -> Result<(), crate::Error> {
+        let script = writer::script(host, port, replicas, WAIT_TIMEOUT_MS);
         let quoted = script.replace('\'', r"'\''");
         self.sh(
             CLIENT,
-            &format!("setsid bash -c '{quoted}' >/dev/null 2>&1 </dev/null & sleep 0.2; test -e {}", writer::LOG),
+            &format!(
+                "rm -f {log} {stop}; setsid bash -c '{quoted}' >/dev/null 2>&1 </dev/null &",
+                log = writer::LOG,
+                stop = writer::STOP
+            ),
         )?;
-        Ok(())
+        let started = format!("test -e {}", writer::LOG);
+        wait("the writer's log", Duration::from_secs(60), || async {
+            self.sh(CLIENT, &started).ok().map(|_| ())
+        })
+        .await
     }
 
     /// The writer's log so far, parsed.
@@ -184,27 +210,44 @@ impl Session {
     /// Stops the writer and returns its whole log.
     pub async fn stop_writer(&self) -> Result<Vec<writer::Attempt>, crate::Error> {
         self.sh(CLIENT, &format!("touch {}", writer::STOP))?;
+        let last = format!("tail -n 1 {}", writer::LOG);
         wait("the writer to stop", Duration::from_secs(60), || async {
-            match self.writes() {
-                Ok((w, true)) => Some(w),
-                _ => None,
-            }
+            (self.sh(CLIENT, &last).ok()?.trim() == "done").then_some(())
         })
-        .await
+        .await?;
+        let (writes, finished) = self.writes()?;
+        debug_assert!(finished);
+        Ok(writes)
+    }
+
+    /// How many writes the writer has had accepted so far (counted in the
+    /// client Pod: the log itself grows to megabytes).
+    fn accepted_count(&self) -> Result<usize, crate::Error> {
+        let out = self.sh(
+            CLIENT,
+            &format!("grep -c '^[^ ]* [^ ]* [^ ]* 1 ' {} || true", writer::LOG),
+        )?;
+        out.trim()
+            .parse()
+            .map_err(|_| other(format!("counting accepted writes: {out}")))
     }
 
     /// Waits until the writer has had `n` more writes accepted.
     pub async fn writes_accepted(&self, n: usize) -> Result<(), crate::Error> {
-        let base = self.writes()?.0.iter().filter(|a| a.accepted).count();
+        let base = self.accepted_count()?;
         wait("accepted writes", Duration::from_secs(120), || async {
-            let (w, _) = self.writes().ok()?;
-            (w.iter().filter(|a| a.accepted).count() >= base + n).then_some(())
+            (self.accepted_count().ok()? >= base + n).then_some(())
         })
         .await
     }
 
     /// Acknowledged keys of `attempts` missing (or wrong) on `host` now.
-    pub fn lost(&self, host: &str, port: u16, acknowledged: &[u64]) -> Result<Vec<u64>, crate::Error> {
+    pub fn lost(
+        &self,
+        host: &str,
+        port: u16,
+        acknowledged: &[u64],
+    ) -> Result<Vec<u64>, crate::Error> {
         let Some(&max) = acknowledged.iter().max() else {
             return Ok(Vec::new());
         };
@@ -212,10 +255,15 @@ impl Session {
         Ok(writer::lost(acknowledged, &read))
     }
 
-    /// redis-cli in `pod` against its own server.
+    /// redis-cli in `pod` against its own server, with the member's
+    /// password if spec.auth gave it one.
     pub fn redis_cli(&self, pod: &str, port: u16, command: &str) -> Result<String, crate::Error> {
+        let pw = crate::replication::config::PASSWORD_ENV;
         Ok(self
-            .sh(pod, &format!("redis-cli -p {port} {command}"))?
+            .sh(
+                pod,
+                &format!("[ -z \"${pw}\" ] || export REDISCLI_AUTH=\"${pw}\"; redis-cli -p {port} {command}"),
+            )?
             .trim()
             .to_string())
     }
@@ -232,16 +280,20 @@ impl Session {
     /// The ClusterIP of a Service.
     pub async fn cluster_ip(&self, service: &str) -> Result<String, crate::Error> {
         let services: Api<Service> = self.api();
-        wait(&format!("Service {service}"), Duration::from_secs(120), || async {
-            services.get(service).await.ok()?.spec?.cluster_ip
-        })
+        wait(
+            &format!("Service {service}"),
+            Duration::from_secs(120),
+            || async { services.get(service).await.ok()?.spec?.cluster_ip },
+        )
         .await
     }
 
     /// SIGKILL of the redis-server of `pod`'s first container, from its node
     /// (kind nodes are Docker containers; in the Pod it is pid 1, which
-    /// ignores signals sent from its own namespace). Returns when `kill` did.
-    pub async fn kill_9(&self, pod: &str) -> Result<(), crate::Error> {
+    /// ignores signals sent from its own namespace). Returns, once the
+    /// container has restarted, when the `docker exec` that sent the kill
+    /// started (seconds since the epoch).
+    pub async fn kill_9(&self, pod: &str) -> Result<f64, crate::Error> {
         let pods: Api<Pod> = self.api();
         let restarts = |p: &Pod| {
             p.status
@@ -251,14 +303,19 @@ impl Session {
                 .map_or(0, |c| c.restart_count)
         };
         let before = restarts(&pods.get(pod).await?);
-        self.kill_9_now(pod)?;
-        wait(&format!("{pod}'s container to restart"), Duration::from_secs(300), || async {
-            (restarts(&pods.get(pod).await.ok()?) > before).then_some(())
-        })
-        .await
+        let sent = self.kill_9_now(pod)?;
+        // The kubelet's crash-loop back-off (10 s, doubling up to 5 min)
+        // delays the restart of a container killed again and again.
+        wait(
+            &format!("{pod}'s container to restart"),
+            Duration::from_secs(400),
+            || async { (restarts(&pods.get(pod).await.ok()?) > before).then_some(()) },
+        )
+        .await?;
+        Ok(sent)
     }
 
-    fn kill_9_now(&self, pod: &str) -> Result<(), crate::Error> {
+    fn kill_9_now(&self, pod: &str) -> Result<f64, crate::Error> {
         let (ok, out, err) = self.kubectl(&[
             "get",
             "pod",
@@ -277,6 +334,7 @@ impl Session {
         let script = format!(
             "kill -9 $(crictl inspect --output go-template --template '{{{{.info.pid}}}}' {id})"
         );
+        let sent = now();
         let status = Command::new("docker")
             .args(["exec", node, "sh", "-c", &script])
             .output()
@@ -287,11 +345,16 @@ impl Session {
                 String::from_utf8_lossy(&status.stderr)
             )));
         }
-        Ok(())
+        Ok(sent)
     }
 
     /// Creates a Redis.
-    pub async fn create_redis(&self, name: &str, replicas: i32, image: &str) -> Result<(), crate::Error> {
+    pub async fn create_redis(
+        &self,
+        name: &str,
+        replicas: i32,
+        image: &str,
+    ) -> Result<(), crate::Error> {
         let redis: Redis = serde_json::from_value(json!({
             "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
             "metadata": {"name": name},
@@ -303,37 +366,57 @@ impl Session {
         Ok(())
     }
 
-    pub async fn patch_redis(&self, name: &str, spec: serde_json::Value) -> Result<(), crate::Error> {
+    pub async fn patch_redis(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> Result<(), crate::Error> {
         self.api::<Redis>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
             .await?;
         Ok(())
     }
 
     /// Waits until the Redis is Ready for its generation with `n` members,
     /// all updated, and exactly `n` live Pods; returns it and its Pods.
-    pub async fn settled(&self, name: &str, n: usize, timeout: Duration) -> Result<(Redis, Vec<Pod>), crate::Error> {
+    pub async fn settled(
+        &self,
+        name: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<(Redis, Vec<Pod>), crate::Error> {
         let redis: Api<Redis> = self.api();
         let pods: Api<Pod> = self.api();
-        wait(&format!("{name}: Ready with {n} members"), timeout, || async {
-            let r = redis.get(name).await.ok()?;
-            let s = r.status.as_ref()?;
-            let ready = s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
-            if !(ready
-                && s.primary.is_some()
-                && s.members.len() == n
-                && s.updated_replicas == n as i32
-                && s.observed_generation == r.metadata.generation)
-            {
-                return None;
-            }
-            let live = member_pods(&pods, name).await?;
-            let mut names: Vec<String> = live.iter().map(|p| p.name_any()).collect();
-            let mut members: Vec<String> = s.members.iter().map(|m| m.pod.clone()).collect();
-            names.sort();
-            members.sort();
-            (names == members && live.iter().all(pod_ready)).then_some((r, live))
-        })
+        wait(
+            &format!("{name}: Ready with {n} members"),
+            timeout,
+            || async {
+                let r = redis.get(name).await.ok()?;
+                let s = r.status.as_ref()?;
+                let ready = s
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if !(ready
+                    && s.primary.is_some()
+                    && s.members.len() == n
+                    && s.updated_replicas == n as i32
+                    && s.observed_generation == r.metadata.generation)
+                {
+                    return None;
+                }
+                let live = member_pods(&pods, name).await?;
+                let mut names: Vec<String> = live.iter().map(|p| p.name_any()).collect();
+                let mut members: Vec<String> = s.members.iter().map(|m| m.pod.clone()).collect();
+                names.sort();
+                members.sort();
+                (names == members && live.iter().all(pod_ready)).then_some((r, live))
+            },
+        )
         .await
     }
 }
@@ -343,7 +426,12 @@ impl Session {
     /// Redis has settled with `n` members: exactly `n` live Pods, one of them
     /// a master (the status's primary), and every other one its replica with
     /// the link up. Returns what is wrong, empty if nothing.
-    pub async fn at_rest(&self, name: &str, n: usize, port: u16) -> Result<Vec<String>, crate::Error> {
+    pub async fn at_rest(
+        &self,
+        name: &str,
+        n: usize,
+        port: u16,
+    ) -> Result<Vec<String>, crate::Error> {
         // Statuses lag the Pods by a reconcile: what is wrong must stay so.
         let start = Instant::now();
         loop {
@@ -355,7 +443,12 @@ impl Session {
         }
     }
 
-    async fn at_rest_once(&self, name: &str, n: usize, port: u16) -> Result<Vec<String>, crate::Error> {
+    async fn at_rest_once(
+        &self,
+        name: &str,
+        n: usize,
+        port: u16,
+    ) -> Result<Vec<String>, crate::Error> {
         let (r, pods) = self.settled(name, n, Duration::from_secs(600)).await?;
         let primary = primary_of(&r).unwrap_or_default();
         let primary_ip = pods
@@ -379,7 +472,9 @@ impl Session {
             let role = field("role");
             if pod == primary {
                 if role != "master" {
-                    wrong.push(format!("{pod} is the status's primary but its role is {role}"));
+                    wrong.push(format!(
+                        "{pod} is the status's primary but its role is {role}"
+                    ));
                 }
             } else if role != "slave" {
                 wrong.push(format!("{pod} is a second {role} (primary {primary})"));
@@ -433,7 +528,9 @@ where
             return Ok(v);
         }
         if start.elapsed() > timeout {
-            return Err(other(format!("timed out after {timeout:?} waiting for {what}")));
+            return Err(other(format!(
+                "timed out after {timeout:?} waiting for {what}"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -466,13 +563,14 @@ impl InvariantWatch {
         let pod_task = tokio::spawn(async move {
             let mut live: std::collections::BTreeMap<String, bool> = Default::default();
             let config = watcher::Config::default().labels(&selector);
-            let mut events = std::pin::pin!(watcher(pods, config));
+            let mut events = std::pin::pin!(watcher(pods, config).default_backoff());
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { continue };
                 match event {
                     watcher::Event::Init => live.clear(),
                     watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
-                        let primary = p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary")
+                        let primary = p.labels().get(ROLE_LABEL).map(String::as_str)
+                            == Some("primary")
                             && p.metadata.deletion_timestamp.is_none();
                         live.insert(p.name_any(), primary);
                     }
@@ -481,11 +579,15 @@ impl InvariantWatch {
                     }
                     watcher::Event::InitDone => {}
                 }
-                let primaries: Vec<&String> = live.iter().filter(|(_, p)| **p).map(|(n, _)| n).collect();
+                let primaries: Vec<&String> =
+                    live.iter().filter(|(_, p)| **p).map(|(n, _)| n).collect();
                 let mut s = pod_seen.lock().unwrap();
                 s.events += 1;
                 if primaries.len() > 1 {
-                    s.violations.push(format!("{:.3}: Pods labelled primary: {primaries:?}", now()));
+                    s.violations.push(format!(
+                        "{:.3}: Pods labelled primary: {primaries:?}",
+                        now()
+                    ));
                 }
             }
         });
@@ -494,7 +596,7 @@ impl InvariantWatch {
         let redis_seen = seen.clone();
         let redis_task = tokio::spawn(async move {
             let config = watcher::Config::default().fields(&field);
-            let mut events = std::pin::pin!(watcher(redis, config));
+            let mut events = std::pin::pin!(watcher(redis, config).default_backoff());
             while let Some(event) = events.next().await {
                 let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event else {
                     continue;
@@ -509,7 +611,10 @@ impl InvariantWatch {
                 let mut s = redis_seen.lock().unwrap();
                 s.events += 1;
                 if primaries.len() > 1 {
-                    s.violations.push(format!("{:.3}: status members primary: {primaries:?}", now()));
+                    s.violations.push(format!(
+                        "{:.3}: status members primary: {primaries:?}",
+                        now()
+                    ));
                 }
             }
         });
