@@ -73,3 +73,18 @@ bench *ARGS:
 # Reliability soak: the chaos tests for SECONDS each (default 600); SEED replays a printed seed.
 soak seconds="600" seed="":
     PODKEEPER_CHAOS_SECONDS={{seconds}} {{ if seed != "" { "PODKEEPER_CHAOS_SEED=" + seed } else { "" } }} cargo test --release --test it reliability::chaos -- --nocapture --test-threads 1
+
+# Redis failover, switchover, image rollout and scale-down measured on kind by a client Pod
+# writing through the Service: sets up the cluster and the operator as `just e2e` does, then
+# runs `podkeeper bench-redis ARGS` (e.g. --failovers 5 --json target/bench-redis.json), which
+# prints the figures as Markdown with their method and load averages.
+bench-redis *ARGS:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    kc=$(cargo run -q -- kind up --name {{kind_cluster}})
+    export KUBECONFIG="$kc"
+    just kind_cluster={{kind_cluster}} image kind-load
+    kubectl apply -k manifests/
+    kubectl -n podkeeper-system rollout restart deploy/podkeeper
+    kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
+    {{target_dir}}/x86_64-unknown-linux-gnu/release/podkeeper bench-redis {{ARGS}}

@@ -37,6 +37,10 @@ pub enum Command {
     /// Benchmark convergence against the ReplicaSet controller and the API
     /// server's ceiling, on a local control plane (use a release build).
     Bench(BenchArgs),
+    /// Failover, switchover, image rollout and scale-down of a Redis on a
+    /// kind cluster with the operator deployed, measured by a client Pod
+    /// writing through the Service (`just bench-redis`).
+    BenchRedis(crate::bench::redis::BenchRedisArgs),
     /// kind clusters with real containers, on machines that cannot pull
     /// images: everything is built from Go modules and Debian packages.
     Kind {

@@ -9,6 +9,7 @@ async fn main() -> std::process::ExitCode {
         Command::Dev(args) => podkeeper::dev::run(args).await,
         Command::Run(args) => podkeeper::operator::run_from_env(args).await,
         Command::Bench(args) => podkeeper::bench::run(args).await.map(|_| ()),
+        Command::BenchRedis(args) => podkeeper::bench::redis::run(args).await,
         Command::Kind { command } => podkeeper::kind::command::run(command).await,
         Command::Crd { out_dir } => podkeeper::crd::print_all(out_dir.as_deref()),
     };

@@ -16,6 +16,7 @@
 
 mod clock;
 pub mod measure;
+pub mod redis;
 pub mod report;
 
 use std::path::{Path, PathBuf};

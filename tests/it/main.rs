@@ -10,6 +10,8 @@ mod hostile;
 mod inplace;
 #[cfg(feature = "kind-e2e")]
 mod kind;
+#[cfg(feature = "kind-e2e")]
+mod kind_under_writes;
 mod leader;
 mod proxy;
 mod redis;

@@ -1,0 +1,493 @@
+//! `podkeeper bench-redis`: failover, switchover, image rollout and
+//! scale-down of a Redis on kind, measured by a client Pod that writes
+//! through the `<name>` Service the whole time (see [`writer`]).
+//!
+//! The cluster and the deployed operator are the caller's (`just
+//! bench-redis` sets them up as `just e2e` does). Every figure is printed
+//! with its method and the machine's load averages.
+
+pub mod session;
+pub mod writer;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use self::session::{InvariantWatch, Session, load_average, now, primary_of};
+use super::measure::{Percentiles, percentiles};
+use crate::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
+
+const PORT: u16 = 6379;
+/// How long one failover, rollout or scale-down may take before the run fails.
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Args)]
+pub struct BenchRedisArgs {
+    /// Kubeconfig of the kind cluster, with the operator deployed.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// Namespace the measurements run in (recreated).
+    #[arg(long, default_value = "bench-redis")]
+    pub namespace: String,
+    /// Members of the Redis in the failover and rollout measurements.
+    #[arg(long, default_value_t = 3)]
+    pub members: i32,
+    /// kill -9 runs.
+    #[arg(long, default_value_t = 20)]
+    pub failovers: usize,
+    /// Image rollouts (each one switchover).
+    #[arg(long, default_value_t = 20)]
+    pub rollouts: usize,
+    /// Scale-downs from 5 members to 1.
+    #[arg(long, default_value_t = 1)]
+    pub scale_downs: usize,
+    /// Write the figures as JSON to this file too.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn other(e: impl std::fmt::Display) -> crate::Error {
+    crate::Error::Other(e.to_string())
+}
+
+fn progress(m: &str) {
+    eprintln!("bench-redis [{}]: {m}", load_average());
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Failovers {
+    pub runs: usize,
+    /// From the `kill -9` to the first write the new primary accepted, s.
+    pub to_new_primary_s: Vec<f64>,
+    /// From the old primary's last accepted write to the new one's first, s.
+    pub client_gap_s: Vec<f64>,
+    /// Writes accepted after the kill and before the new primary's first by
+    /// a server that is neither the killed nor the new primary (say the
+    /// restarted, empty old one).
+    pub accepted_elsewhere: usize,
+    pub acknowledged: usize,
+    pub acknowledged_lost: usize,
+    pub client_overlaps: usize,
+    pub watch_events: usize,
+    pub watch_violations: Vec<String>,
+    pub load: (String, String),
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Rollouts {
+    pub runs: usize,
+    pub switchovers: usize,
+    /// Longest pause between accepted writes overlapping each rollout, s.
+    pub pause_s: Vec<f64>,
+    /// Accepted / attempted writes during each rollout.
+    pub success: Vec<f64>,
+    pub rollout_s: Vec<f64>,
+    pub pods_before: usize,
+    /// Pods still there after the rollout (same UID).
+    pub pods_kept: usize,
+    /// Pods whose IP a member still has after the rollout.
+    pub pods_kept_ip: usize,
+    pub acknowledged: usize,
+    pub acknowledged_lost: usize,
+    pub client_overlaps: usize,
+    pub watch_events: usize,
+    pub watch_violations: Vec<String>,
+    pub load: (String, String),
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ScaleDowns {
+    pub runs: usize,
+    pub accepted: usize,
+    pub accepted_lost: usize,
+    pub acknowledged: usize,
+    pub acknowledged_lost: usize,
+    pub primary_kept: usize,
+    pub watch_violations: Vec<String>,
+    pub load: (String, String),
+}
+
+/// How the figures are made, in the JSON and above the tables.
+pub const METHOD: &str = "A client Pod (our Redis image, bash) writes keys w1, w2, ... one at a time through the Redis's <name> Service ClusterIP, one TCP connection per write, pipelining SET, WAIT 1 1000, INFO server replication and QUIT; each attempt gives up after 3 s, a refused one is retried after 20 ms. A write is accepted when SET answers +OK and acknowledged when WAIT on the same connection counts at least 1 replica; acknowledged writes are read back through the Service at the end. Times are the client's (end of a write) against the bench's clock, both on this host. Two primaries are checked at every Pod and Redis watch event (two live Pods labelled primary, or two status members primary) and by the client (a primary term, run_id and master_replid, that accepts writes again after another term did). Percentiles are nearest-rank over the runs: with fewer than 100 runs p99 is the maximum. The Redis has no spec.auth.";
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub method: String,
+    /// Cores of this machine (the kind nodes share them).
+    pub cores: usize,
+    pub members: i32,
+    pub failovers: Failovers,
+    pub rollouts: Rollouts,
+    pub scale_downs: ScaleDowns,
+}
+
+pub async fn run(args: BenchRedisArgs) -> Result<(), crate::Error> {
+    let session = Session::create(&args.kubeconfig, &args.namespace, REDIS_IMAGE).await?;
+    let mut report = Report {
+        method: METHOD.into(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        members: args.members,
+        ..Default::default()
+    };
+    let result = measure(&session, &args, &mut report).await;
+    // What was measured is kept even if a later step failed.
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?).map_err(other)?;
+    }
+    print!("{}", markdown(&report));
+    result
+}
+
+async fn measure(
+    session: &Session,
+    args: &BenchRedisArgs,
+    report: &mut Report,
+) -> Result<(), crate::Error> {
+    if args.failovers > 0 {
+        report.failovers = failovers(session, args.members, args.failovers).await?;
+    }
+    if args.rollouts > 0 {
+        report.rollouts = rollouts(session, args.members, args.rollouts).await?;
+    }
+    if args.scale_downs > 0 {
+        report.scale_downs = scale_downs(session, args.scale_downs).await?;
+    }
+    Ok(())
+}
+
+/// The Redis `name` with `n` members, settled, and the writer started on
+/// its primary Service; returns the Service's ClusterIP.
+async fn start(
+    session: &Session,
+    name: &str,
+    n: i32,
+    wait_replicas: u32,
+) -> Result<String, crate::Error> {
+    session.create_redis(name, n, REDIS_IMAGE).await?;
+    session.settled(name, n as usize, STEP_TIMEOUT).await?;
+    let host = session.cluster_ip(name).await?;
+    session.start_writer(&host, PORT, wait_replicas).await?;
+    session.writes_accepted(20).await?;
+    Ok(host)
+}
+
+async fn delete_redis(session: &Session, name: &str) -> Result<(), crate::Error> {
+    session
+        .api::<crate::crd::Redis>()
+        .delete(name, &Default::default())
+        .await?;
+    Ok(())
+}
+
+/// kill -9 of the primary's redis-server, `runs` times; each run waits for
+/// the new primary and for the old Pod to rejoin (Ready, every member
+/// linked) before the next.
+pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failovers, crate::Error> {
+    let name = "failover";
+    let mut f = Failovers {
+        runs,
+        load: (load_average(), String::new()),
+        ..Default::default()
+    };
+    let host = start(session, name, n, 1).await?;
+    let watch = InvariantWatch::start(session, name);
+    for run in 0..runs {
+        let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
+        let old = primary_of(&r).ok_or_else(|| other("no primary"))?;
+        let old_run_id = session.run_id(&old, PORT)?;
+        session.writes_accepted(10).await?;
+        let killed_at = session.kill_9(&old).await?;
+        let redis = session.api::<crate::crd::Redis>();
+        session::wait("a new primary", STEP_TIMEOUT, || async {
+            let r = redis.get(name).await.ok()?;
+            (primary_of(&r)? != old).then_some(())
+        })
+        .await?;
+        let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
+        let new = primary_of(&r).ok_or_else(|| other("no primary"))?;
+        let new_run_id = session.run_id(&new, PORT)?;
+        // The writer has written to the new primary since.
+        session.writes_accepted(5).await?;
+        let (writes, _) = session.writes()?;
+        let first = writer::first_accepted_after(&writes, killed_at, &[old_run_id.as_str()])
+            .ok_or_else(|| other("no write accepted after the kill"))?;
+        let w = writer::failover(&writes, killed_at, &old_run_id, &new_run_id)
+            .ok_or_else(|| other("no write accepted by the new primary"))?;
+        f.accepted_elsewhere += w.accepted_elsewhere;
+        f.to_new_primary_s.push(w.to_new_primary_s);
+        f.client_gap_s.push(w.client_gap_s);
+        progress(&format!(
+            "failover {}/{runs}: {old} -> {new}: first write accepted {:.2} s after the kill (by {}), client gap {:.2} s",
+            run + 1,
+            w.to_new_primary_s,
+            if first.run_id.as_deref() == Some(new_run_id.as_str()) {
+                "the new primary"
+            } else {
+                "another server first"
+            },
+            w.client_gap_s,
+        ));
+    }
+    let writes = session.stop_writer().await?;
+    let acked = writer::acknowledged(&writes, 1);
+    f.acknowledged = acked.len();
+    f.acknowledged_lost = session.lost(&host, PORT, &acked)?.len();
+    f.client_overlaps = writer::overlapping_primaries(&writes).len();
+    let seen = watch.seen();
+    f.watch_events = seen.events;
+    f.watch_violations = seen.violations;
+    f.load.1 = load_average();
+    delete_redis(session, name).await?;
+    Ok(f)
+}
+
+fn pod_identity(p: &Pod) -> (String, String, String) {
+    (
+        p.name_any(),
+        p.uid().unwrap_or_default(),
+        p.status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_default(),
+    )
+}
+
+/// `runs` image changes, cycling through the tags of our Redis image.
+pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts, crate::Error> {
+    let name = "rollout";
+    let mut out = Rollouts {
+        runs,
+        load: (load_average(), String::new()),
+        ..Default::default()
+    };
+    let host = start(session, name, n, 1).await?;
+    let watch = InvariantWatch::start(session, name);
+    let images: Vec<&str> = std::iter::once(REDIS_IMAGE)
+        .chain(REDIS_ROLLOUT_IMAGES)
+        .collect();
+    for run in 0..runs {
+        let (r, before) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
+        let old_primary = primary_of(&r).ok_or_else(|| other("no primary"))?;
+        let before: Vec<_> = before.iter().map(pod_identity).collect();
+        let image = images[(run + 1) % images.len()];
+        let started = now();
+        session
+            .patch_redis(name, serde_json::json!({ "image": image }))
+            .await?;
+        let (r, after) = session::wait("the rollout", STEP_TIMEOUT, || async {
+            let (r, after) = session.settled(name, n as usize, STEP_TIMEOUT).await.ok()?;
+            let all = after.iter().all(|p| {
+                p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers[0].image.as_deref() == Some(image))
+            });
+            all.then_some((r, after))
+        })
+        .await?;
+        let ended = now();
+        // One accepted write after the end closes the last pause.
+        session.writes_accepted(1).await?;
+        let (writes, _) = session.writes()?;
+        let during: Vec<_> = writes
+            .iter()
+            .filter(|a| a.start >= started && a.end <= ended)
+            .cloned()
+            .collect();
+        let s = writer::summarize(&during, 1);
+        let pause = writer::longest_pause(&writes, started, ended).map_or(0.0, |p| p.0);
+        let new_primary = primary_of(&r).unwrap_or_default();
+        if new_primary != old_primary {
+            out.switchovers += 1;
+        }
+        let after: Vec<_> = after.iter().map(pod_identity).collect();
+        let kept = before
+            .iter()
+            .filter(|b| after.iter().any(|a| a.1 == b.1))
+            .count();
+        let kept_ip = before
+            .iter()
+            .filter(|b| !b.2.is_empty() && after.iter().any(|a| a.2 == b.2))
+            .count();
+        out.pods_before += before.len();
+        out.pods_kept += kept;
+        out.pods_kept_ip += kept_ip;
+        out.pause_s.push(pause);
+        out.success.push(s.success_ratio);
+        out.rollout_s.push(ended - started);
+        progress(&format!(
+            "rollout {}/{runs} to {image}: {:.1} s, primary {old_primary} -> {new_primary}, longest write pause {pause:.2} s, {}/{} writes accepted, {kept}/{} Pods kept (UID), {kept_ip} IPs kept",
+            run + 1,
+            ended - started,
+            s.accepted,
+            s.attempts,
+            before.len()
+        ));
+    }
+    let writes = session.stop_writer().await?;
+    let acked = writer::acknowledged(&writes, 1);
+    out.acknowledged = acked.len();
+    out.acknowledged_lost = session.lost(&host, PORT, &acked)?.len();
+    out.client_overlaps = writer::overlapping_primaries(&writes).len();
+    let seen = watch.seen();
+    out.watch_events = seen.events;
+    out.watch_violations = seen.violations;
+    out.load.1 = load_average();
+    delete_redis(session, name).await?;
+    Ok(out)
+}
+
+/// 5 members to 1 under writes, `runs` times.
+pub async fn scale_downs(session: &Session, runs: usize) -> Result<ScaleDowns, crate::Error> {
+    let mut out = ScaleDowns {
+        runs,
+        load: (load_average(), String::new()),
+        ..Default::default()
+    };
+    for run in 0..runs {
+        let name = format!("scale-{run}");
+        let host = start(session, &name, 5, 1).await?;
+        let watch = InvariantWatch::start(session, &name);
+        let (r, _) = session.settled(&name, 5, STEP_TIMEOUT).await?;
+        let primary = primary_of(&r);
+        session
+            .patch_redis(&name, serde_json::json!({"replicas": 1}))
+            .await?;
+        let (r, _) = session.settled(&name, 1, STEP_TIMEOUT).await?;
+        session.writes_accepted(3).await?;
+        let writes = session.stop_writer().await?;
+        let accepted: Vec<u64> = writes
+            .iter()
+            .filter(|a| a.accepted)
+            .map(|a| a.key)
+            .collect();
+        let acked = writer::acknowledged(&writes, 1);
+        let lost_accepted = session.lost(&host, PORT, &accepted)?;
+        out.accepted += accepted.len();
+        out.accepted_lost += lost_accepted.len();
+        out.acknowledged += acked.len();
+        out.acknowledged_lost += acked.iter().filter(|k| lost_accepted.contains(k)).count();
+        out.primary_kept += usize::from(primary_of(&r) == primary);
+        out.watch_violations.extend(watch.seen().violations);
+        progress(&format!(
+            "scale-down {}/{runs}: {} accepted writes, {} lost",
+            run + 1,
+            accepted.len(),
+            lost_accepted.len()
+        ));
+        delete_redis(session, &name).await?;
+    }
+    out.load.1 = load_average();
+    Ok(out)
+}
+
+fn fmt_p(p: &Percentiles) -> String {
+    format!("{:.2} / {:.2} / {:.2}", p.p50, p.p99, p.max)
+}
+
+/// The figures as Markdown, with their method.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Method: {}\n\nCores: {}.\n", r.method, r.cores);
+    let f = &r.failovers;
+    if f.runs > 0 {
+        let _ = writeln!(
+            s,
+            "### Unplanned failover: kill -9 of the primary ({} runs, {} members)\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+            f.runs, r.members, f.load.0, f.load.1
+        );
+        let _ = writeln!(s, "| measure | p50 / p99 / max (s) |\n|---|---|");
+        let _ = writeln!(
+            s,
+            "| `docker exec` of the `kill -9` started to the end of the first write accepted by the new primary | {} |",
+            fmt_p(&percentiles(&f.to_new_primary_s))
+        );
+        let _ = writeln!(
+            s,
+            "| the client's outage: last write accepted by the old primary to the first by the new | {} |\n",
+            fmt_p(&percentiles(&f.client_gap_s))
+        );
+        let _ = writeln!(
+            s,
+            "Acknowledged writes (WAIT 1) lost: {} of {}. Writes accepted after a kill, before the new primary's first, by neither the killed nor the new primary: {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
+            f.acknowledged_lost,
+            f.acknowledged,
+            f.accepted_elsewhere,
+            f.client_overlaps,
+            f.watch_violations.len(),
+            f.watch_events
+        );
+    }
+    let o = &r.rollouts;
+    if o.runs > 0 {
+        let _ = writeln!(
+            s,
+            "### Image rollouts with a planned switchover ({} rollouts, {} members; Pods replaced)\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+            o.runs, r.members, o.load.0, o.load.1
+        );
+        let _ = writeln!(s, "| measure | p50 / p99 / max |\n|---|---|");
+        let _ = writeln!(
+            s,
+            "| longest pause between accepted writes, per rollout (s) | {} |",
+            fmt_p(&percentiles(&o.pause_s))
+        );
+        let _ = writeln!(
+            s,
+            "| rollout duration (s) | {} |",
+            fmt_p(&percentiles(&o.rollout_s))
+        );
+        let min_success = o.success.iter().copied().fold(f64::INFINITY, f64::min);
+        let _ = writeln!(
+            s,
+            "| writes accepted per rollout (%) | p50 {:.1}, lowest {:.1} |\n",
+            percentiles(&o.success).p50 * 100.0,
+            min_success * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "Switchovers: {} (the primary moved in {} of {} rollouts). Acknowledged writes (WAIT 1) lost: {} of {}. Pods still there after their rollout (same UID): {} of {}; whose IP a member still had: {} of {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
+            o.switchovers,
+            o.switchovers,
+            o.runs,
+            o.acknowledged_lost,
+            o.acknowledged,
+            o.pods_kept,
+            o.pods_before,
+            o.pods_kept_ip,
+            o.pods_before,
+            o.client_overlaps,
+            o.watch_violations.len(),
+            o.watch_events
+        );
+    }
+    let d = &r.scale_downs;
+    if d.runs > 0 {
+        let _ = writeln!(
+            s,
+            "### Scale 5 -> 1 under writes ({} runs)\n\nLoad averages: {} at the start, {} at the end.\n\nAccepted writes lost: {} of {}; acknowledged (WAIT 1) lost: {} of {}; the primary stayed in {} of {} runs; two primaries at Pod and Redis events: {}.\n",
+            d.runs,
+            d.load.0,
+            d.load.1,
+            d.accepted_lost,
+            d.accepted,
+            d.acknowledged_lost,
+            d.acknowledged,
+            d.primary_kept,
+            d.runs,
+            d.watch_violations.len()
+        );
+    }
+    for v in f
+        .watch_violations
+        .iter()
+        .chain(&o.watch_violations)
+        .chain(&d.watch_violations)
+    {
+        let _ = writeln!(s, "- violation: {v}");
+    }
+    s
+}

@@ -1,0 +1,421 @@
+//! The load client of the Redis measurements (pure): the bash script a client
+//! Pod of our Redis image runs, the log it writes, and what the log says.
+//!
+//! The script writes sequential keys `w1`, `w2`, ... (value: the number)
+//! through one address (the `<name>` Service's ClusterIP), one TCP
+//! connection per write (bash's `/dev/tcp`), so that every write follows the
+//! Service to whichever Pod holds the primary label. Each write is pipelined
+//! as `SET`, `WAIT n timeout`, `INFO server replication` and `QUIT` on that
+//! one connection: the `WAIT` answer is about that `SET`, and `run_id` and
+//! `master_replid` name the redis-server process that took it and its term
+//! as a primary (a promotion, a restart or an empty start gives a new
+//! `master_replid`). redis-cli is not used for the writes: reading commands
+//! from a pipe, it reconnects and resends on a dropped connection, which
+//! could put the `WAIT` on another server than the `SET`. One log line per
+//! attempt:
+//!
+//! `<start> <end> <key> <accepted 0|1> <replicas that acknowledged|-> <run_id|-> <master_replid|->`
+//!
+//! with `start`/`end` in seconds since the epoch (bash's `$EPOCHREALTIME`,
+//! microseconds; the Pods share the host's clock). A write is acknowledged
+//! only if `SET` answered `+OK` and `WAIT` answered a count on the same
+//! connection. It stops when `/tmp/stop` exists.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+/// Where the script writes its log, and the file that stops it.
+pub const LOG: &str = "/tmp/writes.log";
+pub const STOP: &str = "/tmp/stop";
+
+/// The writer script, for `bash -c`: writes through `host:port`, asking
+/// `WAIT replicas timeout_ms` after each `SET`; each attempt gives up after
+/// 3 s (connection, `WAIT` and all).
+pub fn script(host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
+    format!(
+        r#"rm -f {STOP}; : > {LOG}; i=0
+while [ ! -e {STOP} ]; do
+  i=$((i+1)); t0=$EPOCHREALTIME
+  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} || exit 1; printf "SET w%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i 2>/dev/null)
+  t1=$EPOCHREALTIME
+  out=${{out//$'\r'/}}
+  s=${{out%%$'\n'*}}; rest=${{out#*$'\n'}}; acks=${{rest%%$'\n'*}}; acks=${{acks#:}}
+  case $acks in ''|*[!0-9]*) acks=-;; esac
+  rid=-; case $out in *run_id:*) rid=${{out#*run_id:}}; rid=${{rid%%$'\n'*}};; esac
+  term=-; case $out in *master_replid:*) term=${{out#*master_replid:}}; term=${{term%%$'\n'*}};; esac
+  ok=0; [ "$s" = +OK ] && ok=1
+  echo "$t0 $t1 $i $ok $acks $rid $term" >> {LOG}
+  [ $ok = 1 ] || sleep 0.02
+done
+echo done >> {LOG}"#
+    )
+}
+
+/// A script that prints, one line per key, the value of `w1` ..= `wN`
+/// (an empty line for a missing key), pipelined into one redis-cli.
+pub fn read_back_script(host: &str, port: u16, n: u64) -> String {
+    format!(
+        "for ((i=1;i<={n};i++)); do printf 'GET w%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
+    )
+}
+
+/// One write attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    pub start: f64,
+    pub end: f64,
+    pub key: u64,
+    /// `SET` answered `OK`.
+    pub accepted: bool,
+    /// What `WAIT` answered, if it did.
+    pub acks: Option<u32>,
+    pub run_id: Option<String>,
+    /// The server's `master_replid` after the write: its term as primary.
+    pub term: Option<String>,
+}
+
+/// Parses the writer's log; the unfinished last line (the script may be
+/// writing it) and the final `done` are skipped.
+pub fn parse(log: &str) -> Vec<Attempt> {
+    log.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Attempt> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [start, end, key, ok, acks, rid, term] = f.as_slice() else {
+        return None;
+    };
+    Some(Attempt {
+        start: start.parse().ok()?,
+        end: end.parse().ok()?,
+        key: key.parse().ok()?,
+        accepted: match *ok {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        },
+        acks: acks.parse().ok(),
+        run_id: (*rid != "-").then(|| rid.to_string()),
+        term: (*term != "-").then(|| term.to_string()),
+    })
+}
+
+/// Whether the writer had finished (its log ends with `done`).
+pub fn finished(log: &str) -> bool {
+    log.lines().last() == Some("done")
+}
+
+/// Accepted writes that `WAIT` confirmed on at least `replicas` replicas.
+pub fn acknowledged(attempts: &[Attempt], replicas: u32) -> Vec<u64> {
+    attempts
+        .iter()
+        .filter(|a| a.accepted && a.acks.is_some_and(|n| n >= replicas))
+        .map(|a| a.key)
+        .collect()
+}
+
+/// Acknowledged keys that the read-back (one line per key from `w1`, as
+/// [`read_back_script`] prints) does not have with their value.
+pub fn lost(acknowledged: &[u64], read_back: &str) -> Vec<u64> {
+    let values: Vec<&str> = read_back
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .collect();
+    acknowledged
+        .iter()
+        .copied()
+        .filter(|k| values.get(*k as usize - 1).copied() != Some(k.to_string().as_str()))
+        .collect()
+}
+
+/// The longest time between two consecutive accepted writes (from the end
+/// of one to the end of the next) that overlaps `[from, to]`, and when it
+/// started: a pause that began before `from` or lasted past `to` counts
+/// whole. `None` without two accepted writes around or in the window.
+pub fn longest_pause(attempts: &[Attempt], from: f64, to: f64) -> Option<(f64, f64)> {
+    let mut ends: Vec<f64> = attempts
+        .iter()
+        .filter(|a| a.accepted)
+        .map(|a| a.end)
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    ends.windows(2)
+        .filter(|w| w[1] >= from && w[0] <= to)
+        .map(|w| (w[1] - w[0], w[0]))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The first accepted write that ended after `after` on a server not in
+/// `excluded` (run ids).
+pub fn first_accepted_after<'a>(
+    attempts: &'a [Attempt],
+    after: f64,
+    excluded: &[&str],
+) -> Option<&'a Attempt> {
+    attempts.iter().find(|a| {
+        a.accepted && a.end > after && a.run_id.as_deref().is_some_and(|r| !excluded.contains(&r))
+    })
+}
+
+/// The client's check for two primaries: with one writer and one write at a
+/// time, the primary terms that accept its writes must take turns, each in
+/// one unbroken stretch. A term is a server process (`run_id`) with one
+/// `master_replid`; a promotion gives the server a new `master_replid`, and
+/// a demoted server refuses writes. So a term that accepts writes again
+/// after another term did was a primary all along, at the same time as that
+/// one. Returns each such return, as (run id of the server that came back,
+/// run id of the one it overlapped, key). Writes without a run id or term
+/// are skipped.
+pub fn overlapping_primaries(attempts: &[Attempt]) -> Vec<(String, String, u64)> {
+    let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut current: Option<(&str, &str)> = None;
+    let mut overlaps = Vec::new();
+    for a in attempts.iter().filter(|a| a.accepted) {
+        let (Some(rid), Some(term)) = (a.run_id.as_deref(), a.term.as_deref()) else {
+            continue;
+        };
+        if current == Some((rid, term)) {
+            continue;
+        }
+        if !seen.insert((rid, term)) {
+            overlaps.push((
+                rid.to_string(),
+                current.map_or("", |c| c.0).to_string(),
+                a.key,
+            ));
+        }
+        current = Some((rid, term));
+    }
+    overlaps
+}
+
+/// What the writer saw of one unplanned failover.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failover {
+    /// From `killed_at` to the end of the first write the new primary
+    /// accepted, s.
+    pub to_new_primary_s: f64,
+    /// From the end of the old primary's last accepted write to that of the
+    /// new one's first, s.
+    pub client_gap_s: f64,
+    /// Writes accepted after `killed_at` and before the new primary's first
+    /// by a server that is neither (say the restarted, empty old one).
+    pub accepted_elsewhere: usize,
+}
+
+/// The failover from server `old` to `new` (run ids) after a kill issued
+/// at `killed_at`; `None` if the new primary accepted no write after it.
+pub fn failover(attempts: &[Attempt], killed_at: f64, old: &str, new: &str) -> Option<Failover> {
+    let accepted = || attempts.iter().filter(|a| a.accepted);
+    let first_new = accepted().find(|a| a.end > killed_at && a.run_id.as_deref() == Some(new))?;
+    let accepted_elsewhere = accepted()
+        .filter(|a| a.end > killed_at && a.end < first_new.end)
+        .filter(|a| !a.run_id.as_deref().is_some_and(|r| r == old || r == new))
+        .count();
+    let last_old = accepted()
+        .rfind(|a| a.end < first_new.end && a.run_id.as_deref() == Some(old))
+        .map_or(killed_at, |a| a.end);
+    Some(Failover {
+        to_new_primary_s: first_new.end - killed_at,
+        client_gap_s: first_new.end - last_old,
+        accepted_elsewhere,
+    })
+}
+
+/// What a writer saw over a stretch of time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub attempts: usize,
+    pub accepted: usize,
+    pub acknowledged: usize,
+    /// Accepted / attempted.
+    pub success_ratio: f64,
+    /// Longest gap between accepted writes, seconds.
+    pub longest_pause_s: f64,
+    /// Distinct servers that accepted writes.
+    pub servers: usize,
+}
+
+pub fn summarize(attempts: &[Attempt], replicas: u32) -> Summary {
+    let accepted = attempts.iter().filter(|a| a.accepted).count();
+    let mut servers: Vec<&str> = attempts
+        .iter()
+        .filter(|a| a.accepted)
+        .filter_map(|a| a.run_id.as_deref())
+        .collect();
+    servers.sort();
+    servers.dedup();
+    Summary {
+        attempts: attempts.len(),
+        accepted,
+        acknowledged: acknowledged(attempts, replicas).len(),
+        success_ratio: if attempts.is_empty() {
+            0.0
+        } else {
+            accepted as f64 / attempts.len() as f64
+        },
+        longest_pause_s: longest_pause(attempts, f64::MIN, f64::MAX).map_or(0.0, |p| p.0),
+        servers: servers.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An attempt ending at `end`; `rid` "x" or "x/2" (server x in its
+    /// second term; "x" is "x/1"), "-" for none.
+    fn a(end: f64, key: u64, ok: bool, acks: Option<u32>, rid: &str) -> Attempt {
+        let (run, term) = rid.split_once('/').unwrap_or((rid, "1"));
+        Attempt {
+            start: end - 0.01,
+            end,
+            key,
+            accepted: ok,
+            acks,
+            run_id: (run != "-").then(|| run.to_string()),
+            term: (run != "-").then(|| format!("{run}-{term}")),
+        }
+    }
+
+    #[test]
+    fn the_log_parses_and_an_unfinished_line_is_skipped() {
+        let log = "1.5 1.6 1 1 1 abc abc-1\n1.7 1.8 2 0 - - -\n1.9 2.0 3 1 0 def def-1\n2.1 2.";
+        let got = parse(log);
+        assert_eq!(
+            got,
+            vec![
+                a(1.6, 1, true, Some(1), "abc"),
+                a(1.8, 2, false, None, "-"),
+                a(2.0, 3, true, Some(0), "def"),
+            ]
+            .into_iter()
+            .zip([1.5, 1.7, 1.9])
+            .map(|(mut x, s)| {
+                x.start = s;
+                x
+            })
+            .collect::<Vec<_>>()
+        );
+        assert!(!finished(log));
+        assert!(finished("1 2 1 1 1 a a-1\ndone\n"));
+        assert_eq!(acknowledged(&got, 1), vec![1]);
+        assert_eq!(acknowledged(&got, 0), vec![1, 3]);
+    }
+
+    #[test]
+    fn a_write_accepted_without_a_wait_answer_is_not_acknowledged() {
+        // The connection closed after +OK (the server was killed).
+        let got = parse("1.0 1.1 1 1 - - -\n1.2 1.3 2 0 - - -\n");
+        assert_eq!(got.len(), 2);
+        assert!(got[0].accepted && got[0].acks.is_none() && got[0].run_id.is_none());
+        assert_eq!(acknowledged(&got, 1), Vec::<u64>::new());
+        assert!(overlapping_primaries(&got).is_empty());
+    }
+
+    #[test]
+    fn lost_keys_are_the_acknowledged_ones_missing_or_wrong() {
+        // w1 = 1, w2 missing, w3 = 7 (wrong), w4 = 4.
+        let read = "1\r\n\r\n7\n4\n";
+        assert_eq!(lost(&[1, 2, 3, 4], read), vec![2, 3]);
+        assert_eq!(lost(&[1, 4, 5], read), vec![5]);
+    }
+
+    #[test]
+    fn pauses_are_gaps_between_accepted_writes() {
+        let w = [
+            a(1.0, 1, true, Some(1), "x"),
+            a(1.1, 2, false, None, "-"),
+            a(3.5, 3, true, Some(1), "y"),
+            a(3.6, 4, true, Some(1), "y"),
+        ];
+        let (len, at) = longest_pause(&w, 0.0, 10.0).unwrap();
+        assert!((len - 2.5).abs() < 1e-9 && at == 1.0);
+        assert_eq!(longest_pause(&w, 3.55, 10.0).map(|p| p.1), Some(3.5));
+        assert_eq!(first_accepted_after(&w, 0.5, &["x"]).unwrap().key, 3);
+        assert!(first_accepted_after(&w, 0.5, &["x", "y"]).is_none());
+        let s = summarize(&w, 1);
+        assert_eq!(
+            (s.attempts, s.accepted, s.acknowledged, s.servers),
+            (4, 3, 3, 2)
+        );
+        assert!((s.success_ratio - 0.75).abs() < 1e-9);
+        assert!((s.longest_pause_s - 2.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_pause_that_straddles_the_window_counts_whole() {
+        let w = [
+            a(1.0, 1, true, Some(1), "x"),
+            a(5.0, 2, true, Some(1), "y"),
+            a(5.1, 3, true, Some(1), "y"),
+        ];
+        // No write accepted inside [2, 4]: the pause is the whole 4 s.
+        let (len, at) = longest_pause(&w, 2.0, 4.0).unwrap();
+        assert!((len - 4.0).abs() < 1e-9 && at == 1.0);
+        assert!((longest_pause(&w, 0.0, 1.5).unwrap().0 - 4.0).abs() < 1e-9);
+        assert!((longest_pause(&w, 5.05, 9.0).unwrap().0 - 0.1).abs() < 1e-9);
+        assert_eq!(longest_pause(&w, 6.0, 9.0), None);
+    }
+
+    #[test]
+    fn a_term_that_accepts_writes_again_after_another_overlapped_it() {
+        let turns = [
+            a(1.0, 1, true, Some(1), "x"),
+            a(2.0, 2, true, Some(1), "y"),
+            a(3.0, 3, false, None, "x"),
+            a(4.0, 4, true, Some(1), "z"),
+        ];
+        assert!(overlapping_primaries(&turns).is_empty());
+        let split = [
+            a(1.0, 1, true, Some(1), "x"),
+            a(2.0, 2, true, Some(0), "y"),
+            a(3.0, 3, true, Some(1), "x"),
+        ];
+        assert_eq!(
+            overlapping_primaries(&split),
+            vec![("x".to_string(), "y".to_string(), 3)]
+        );
+        // x demoted (refuses writes) and promoted again: a new term.
+        let back = [
+            a(1.0, 1, true, Some(1), "x"),
+            a(2.0, 2, true, Some(1), "y"),
+            a(3.0, 3, true, Some(1), "x/2"),
+        ];
+        assert!(overlapping_primaries(&back).is_empty());
+    }
+
+    #[test]
+    fn a_failover_is_timed_from_the_kill_and_from_the_old_primarys_last_write() {
+        let w = [
+            a(0.5, 1, true, Some(1), "old"),
+            // The kill is issued at 1.0; the old primary still takes one.
+            a(1.2, 2, true, Some(1), "old"),
+            a(1.5, 3, false, None, "-"),
+            a(2.0, 4, true, Some(0), "restarted"),
+            a(2.5, 5, false, None, "-"),
+            a(4.0, 6, true, Some(1), "new"),
+            a(4.1, 7, true, Some(1), "new"),
+        ];
+        let f = failover(&w, 1.0, "old", "new").unwrap();
+        assert!((f.to_new_primary_s - 3.0).abs() < 1e-9);
+        assert!((f.client_gap_s - 2.8).abs() < 1e-9);
+        assert_eq!(f.accepted_elsewhere, 1);
+        assert_eq!(failover(&w, 5.0, "old", "new"), None);
+        // No write of the old primary before: the gap starts at the kill.
+        let f = failover(&w[5..], 1.0, "old", "new").unwrap();
+        assert!((f.client_gap_s - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_script_pipelines_set_wait_info_and_quit_on_one_connection() {
+        let s = script("10.96.0.5", 6379, 1, 1000);
+        assert!(s.contains("WAIT 1 1000"));
+        assert!(s.contains("/dev/tcp/10.96.0.5/6379"));
+        assert!(s.contains(r"INFO server replication\r\nQUIT\r\n"));
+        assert!(!s.contains("redis-cli"));
+        assert!(s.contains(LOG) && s.contains(STOP));
+        assert!(read_back_script("h", 1, 3).contains("i<=3"));
+    }
+}
