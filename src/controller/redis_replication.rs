@@ -468,9 +468,6 @@ impl Extras<Redis> for ReplicationExtras {
     ) -> (Replication, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        // Until the cache has its first list (a new leader), a Service
-        // missing from it may exist: wait, so the Event says what happened.
-        let _ = self.services.wait_until_ready().await;
         for want in desired_services(redis, owner) {
             let name = want.name_any();
             let live = self.services.state().into_iter().find(|s| {
@@ -485,7 +482,14 @@ impl Extras<Redis> for ReplicationExtras {
             }
             match api.patch(&name, &params, &Patch::Apply(&want)).await {
                 Ok(_) => {
-                    let (reason, note) = if live.is_some() {
+                    let existed = super::service::service_existed(
+                        &self.services,
+                        &api,
+                        &name,
+                        live.is_some(),
+                    )
+                    .await;
+                    let (reason, note) = if existed {
                         ("ServiceUpdated", format!("Updated Service {name}"))
                     } else {
                         ("ServiceCreated", format!("Created Service {name}"))
@@ -530,7 +534,6 @@ impl Extras<Redis> for ReplicationExtras {
 
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let _ = self.services.wait_until_ready().await;
         let live: Vec<Arc<Service>> = self
             .services
             .state()

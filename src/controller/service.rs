@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use k8s_openapi::api::core::v1::{Service, ServiceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -95,10 +97,23 @@ pub fn service_in_sync(want: &Service, live: &Service) -> bool {
     })
 }
 
-/// The owner's Service in the cache, once the cache has its first list (a
-/// new leader reconciles before then: "no Service" would be a guess).
-async fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
-    let _ = services.wait_until_ready().await;
+/// Whether a Service podkeeper has just applied existed before. The cache
+/// answers once it has had its first list; before that (a new leader's
+/// first reconciles) a GET does, so the Event says what really happened.
+/// The cache is not awaited: the controller stops reading the Service
+/// stream, which fills it, while every reconcile slot is busy.
+pub async fn service_existed(
+    services: &Store<Service>,
+    api: &Api<Service>,
+    name: &str,
+    cached: bool,
+) -> bool {
+    cached
+        || (services.wait_until_ready().now_or_never().is_none()
+            && matches!(api.get_opt(name).await, Ok(Some(_))))
+}
+
+fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
     services.state().into_iter().find(|s| {
         s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
             && s.owner_references()
@@ -145,7 +160,7 @@ impl Extras<Application> for ServiceExtras {
         _: (),
     ) -> (Network, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let live = live_service(&self.services, owner).await;
+        let live = live_service(&self.services, owner);
         match (desired_service(app, owner), live) {
             (Some(want), Some(live)) if service_in_sync(&want, &live) => {
                 (live.status.clone(), None)
@@ -154,7 +169,10 @@ impl Extras<Application> for ServiceExtras {
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 match api.patch(&owner.name, &params, &Patch::Apply(&want)).await {
                     Ok(applied) => {
-                        let (reason, note) = if live.is_some() {
+                        let existed =
+                            service_existed(&self.services, &api, &owner.name, live.is_some())
+                                .await;
+                        let (reason, note) = if existed {
                             (
                                 "ServiceUpdated",
                                 format!("Updated Service {} to match spec.service", owner.name),
@@ -221,7 +239,7 @@ impl Extras<Application> for ServiceExtras {
 
     /// The Service first, to stop traffic: `Ok(true)` once it is gone.
     async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let Some(svc) = live_service(&self.services, owner).await else {
+        let Some(svc) = live_service(&self.services, owner) else {
             return Ok(true);
         };
         if svc.metadata.deletion_timestamp.is_none() {
