@@ -179,7 +179,8 @@ pub fn clusters(kind_bin: &Path) -> Result<Vec<String>, Error> {
 /// Why an existing cluster cannot be reused, if it cannot: its nodes run
 /// another node image (built from other sources), or its API server does not
 /// answer within a minute (say, its containers came back after the Docker
-/// engine restarted and the control plane did not).
+/// engine restarted and the control plane did not), or a node came back on
+/// another address.
 fn unusable(name: &str, node_image: &str) -> Option<String> {
     let node = control_plane(name);
     let image = docker::output(&["inspect", "-f", "{{.Config.Image}}", &node])
@@ -191,7 +192,7 @@ fn unusable(name: &str, node_image: &str) -> Option<String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         match control_plane_kubectl(name, &["get", "--raw", "/readyz"]) {
-            Ok(_) => return None,
+            Ok(_) => return moved_nodes_of(name),
             Err(e) if std::time::Instant::now() > deadline => {
                 return Some(format!("its API server did not answer in 60 s: {e}"));
             }
@@ -200,6 +201,46 @@ fn unusable(name: &str, node_image: &str) -> Option<String> {
             Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
         }
     }
+}
+
+/// Why the cluster's nodes cannot talk, if they cannot: the Docker engine
+/// hands out container addresses again when it restarts, and a node that
+/// came back on another address still registers (and is routed to) at its
+/// old one.
+fn moved_nodes_of(name: &str) -> Option<String> {
+    let json = match control_plane_kubectl(name, &["get", "nodes", "-o", "json"]) {
+        Ok(json) => json,
+        Err(e) => return Some(format!("its nodes could not be listed: {e}")),
+    };
+    let nodes = parse_nodes(&serde_json::from_str(&json).unwrap_or(Value::Null));
+    let addresses: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| {
+            let ip = docker::output(&[
+                "inspect",
+                "-f",
+                "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                &n.name,
+            ])
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+            (n.name.clone(), ip)
+        })
+        .collect();
+    let moved = moved_nodes(&nodes, &addresses);
+    (!moved.is_empty()).then(|| format!("nodes on new addresses: {}", moved.join(", ")))
+}
+
+/// The nodes whose container address (`addresses`: node name, address) is
+/// not the InternalIP the node registered with, as "name old -> new".
+pub fn moved_nodes(nodes: &[NodeAddress], addresses: &[(String, String)]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let (_, now) = addresses.iter().find(|(name, _)| *name == n.name)?;
+            (*now != n.ip).then(|| format!("{} {} -> {now}", n.name, n.ip))
+        })
+        .collect()
 }
 
 /// Creates the cluster on `node_image` unless a usable one exists (one that
@@ -450,6 +491,22 @@ mod tests {
         assert!(script.contains("ip route replace 10.244.2.0/24 via 172.18.0.4\n"));
         assert!(!script.contains("10.244.1.0/24 via"));
         assert!(script.contains("\"subnet\":\"10.244.1.0/24\""));
+    }
+
+    #[test]
+    fn a_node_on_a_new_address_makes_the_cluster_unusable() {
+        let nodes = nodes();
+        let same: Vec<(String, String)> = nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.ip.clone()))
+            .collect();
+        assert!(moved_nodes(&nodes, &same).is_empty());
+        let mut moved = same.clone();
+        moved[1].1 = "172.18.0.9".into();
+        assert_eq!(
+            moved_nodes(&nodes, &moved),
+            vec![format!("{} {} -> 172.18.0.9", nodes[1].name, nodes[1].ip)]
+        );
     }
 
     #[test]

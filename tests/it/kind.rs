@@ -57,10 +57,11 @@ async fn ready_pods(env: &TestEnv, name: &str, n: usize) -> Vec<Pod> {
     .await
 }
 
-/// `kubectl exec` in the Pod; returns (success, stdout + stderr). kubectl's
-/// exec stream over the API server sometimes closes before the output
-/// arrives on this loaded machine ("closed all streams"); the commands here
-/// are all safe to repeat, so that transport error alone is retried.
+/// `kubectl exec` in the Pod; returns (success, stdout), or on failure
+/// (false, stdout + stderr). kubectl's exec stream over the API server
+/// sometimes closes before the output arrives on this loaded machine ("closed
+/// all streams"); the commands here are all safe to repeat, so that transport
+/// error alone is retried.
 fn exec(env: &TestEnv, pod: &str, command: &[&str]) -> (bool, String) {
     let mut args = vec!["exec", pod, "--"];
     args.extend_from_slice(command);
@@ -68,7 +69,12 @@ fn exec(env: &TestEnv, pod: &str, command: &[&str]) -> (bool, String) {
     loop {
         let (ok, out, err) = env.kubectl(&args);
         attempts += 1;
-        if ok || !err.contains("closed all streams") || attempts == 3 {
+        if ok {
+            // kubectl's own warnings (websocket stream noise) go to stderr:
+            // a command that succeeded answers with its stdout alone.
+            return (ok, out);
+        }
+        if !err.contains("closed all streams") || attempts == 3 {
             return (ok, format!("{out}{err}"));
         }
     }
