@@ -37,6 +37,7 @@ use self::report::{Convergence, Healing, Idle, Phases, Role, Teardown};
 pub use self::report::{Markdown, Report};
 use crate::cli::BenchArgs;
 use crate::crd::Redis;
+use crate::engine::pods::pod_is_ready;
 use crate::localcluster::{ClusterOptions, LocalCluster, versions};
 
 /// Requests in flight when the driver creates, scales or deletes objects.
@@ -48,13 +49,6 @@ const REPLICASET_AGENT: &str = "replicaset-controller";
 
 fn other(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Other(e.to_string())
-}
-
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn pod_bound(p: &Pod) -> bool {
@@ -586,7 +580,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
         create_namespace(&client, ns).await?;
     }
     let b = Bench {
-        pods: Clock::start(Api::all(client.clone()), pod_bound, pod_ready).await?,
+        pods: Clock::start(Api::all(client.clone()), pod_bound, pod_is_ready).await?,
         redis: Clock::start(Api::all(client.clone()), never, never).await?,
         replicasets: Clock::start(Api::all(client.clone()), never, never).await?,
         audit: cluster

@@ -110,9 +110,7 @@ pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef
                     .and_then(|s| s.pod_ip.clone())
                     .filter(|ip| !ip.is_empty()),
                 port,
-                ready: status
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+                ready: crate::engine::pods::pod_is_ready(p),
                 deleting: p.metadata.deletion_timestamp.is_some(),
             }
         })

@@ -139,6 +139,32 @@ fn default_port() -> i32 {
     6379
 }
 
+impl Redis {
+    /// The Pod `status.primary` names.
+    pub fn primary_pod(&self) -> Option<&str> {
+        Some(self.status.as_ref()?.primary.as_ref()?.pod.as_str())
+    }
+
+    /// At rest with `n` members: its status describes the current
+    /// generation, it is Ready (a primary accepting writes, every replica
+    /// linked and caught up), and all `n` members are on the current
+    /// template.
+    pub fn settled_with(&self, n: usize) -> bool {
+        let Some(s) = &self.status else {
+            return false;
+        };
+        let ready = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready
+            && s.primary.is_some()
+            && s.members.len() == n
+            && usize::try_from(s.updated_replicas) == Ok(n)
+            && s.observed_generation == self.metadata.generation
+    }
+}
+
 /// Observed state of a Redis.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -167,4 +193,42 @@ pub struct RedisStatus {
     /// Each member's role and replication state, by Pod name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(ready: &str, members: usize, updated: i32, observed: i64) -> Redis {
+        let members: Vec<_> = (0..members)
+            .map(|i| serde_json::json!({"pod": format!("r-{i}"), "role": "replica", "linkStatus": "up"}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "r", "generation": 2},
+            "spec": {"replicas": 3, "image": "redis", "port": 6379},
+            "status": {
+                "observedGeneration": observed,
+                "updatedReplicas": updated,
+                "primary": {"pod": "r-0", "runId": "x"},
+                "members": members,
+                "conditions": [{"type": "Ready", "status": ready, "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn settled_means_ready_for_this_generation_with_every_member_updated() {
+        assert!(redis("True", 3, 3, 2).settled_with(3));
+        assert_eq!(redis("True", 3, 3, 2).primary_pod(), Some("r-0"));
+        assert!(!redis("False", 3, 3, 2).settled_with(3), "not Ready");
+        assert!(!redis("True", 2, 3, 2).settled_with(3), "a member short");
+        assert!(!redis("True", 3, 2, 2).settled_with(3), "one not updated");
+        assert!(
+            !redis("True", 3, 3, 1).settled_with(3),
+            "an older generation"
+        );
+    }
 }

@@ -10,6 +10,49 @@ pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 /// The annotation that ranks Pods for scale-down (as for ReplicaSets).
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
+/// The Pod's Ready condition is True (as the kubelet last reported it).
+pub fn pod_is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What an in-place update must keep of a Pod: its name, UID, IP and node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodIdentity {
+    pub name: String,
+    pub uid: String,
+    pub ip: String,
+    pub node: String,
+}
+
+impl PodIdentity {
+    pub fn of(p: &Pod) -> PodIdentity {
+        PodIdentity {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            ip: p
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .unwrap_or_default(),
+            node: p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The identities of `pods`, sorted by name.
+    pub fn of_all(pods: &[Pod]) -> Vec<PodIdentity> {
+        let mut v: Vec<PodIdentity> = pods.iter().map(PodIdentity::of).collect();
+        v.sort();
+        v
+    }
+}
+
 /// A Pod's phase, in the order the ReplicaSet controller prefers to delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {

@@ -717,12 +717,7 @@ where
         .boxed()
 }
 
-pub fn is_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+pub use podkeeper::engine::pods::pod_is_ready as is_ready;
 
 /// The Pod's controller owner has `uid`.
 pub fn owned_by(p: &k8s_openapi::api::core::v1::Pod, uid: &str) -> bool {

@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::bounds::Recorder;
 use crate::harness::{PodDelays, TestEnv, image, wait_for};
 use crate::redis::{converged, live_pods};
+use crate::transients::{Policy, replica_failure, wait_failure};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const ROLE: &str = "podkeeper.dev/role";
@@ -244,5 +245,69 @@ async fn a_resources_change_resizes_in_place_and_a_refused_resize_replaces_the_p
     let stats = report.owner("rs");
     eprintln!("Redis resize: {stats:?}");
     assert_eq!(live_pods(&env, &uid).await.len(), 3);
+    op.assert_running();
+}
+
+/// An in-place image patch the API server refuses (a policy that rejects
+/// image changes on Pods) is a FailedUpdate, retried: once the policy goes,
+/// the same Pod is updated in place, and no Pod was replaced meanwhile.
+#[tokio::test]
+async fn a_refused_in_place_image_patch_is_retried_until_the_policy_goes() {
+    let env = TestEnv::new("redis-in-place-refused").await;
+    let mut op = env.start_operator();
+    let r = crate::redis::create(&env, "ipr", 2).await;
+    let uid = r.uid().unwrap();
+    let (_, pods) = converged(&env, "ipr", 2).await;
+    let before = uids(&pods);
+    let names: Vec<String> = before.keys().cloned().collect();
+    let (replica, primary) = (names[0].clone(), names[1].clone());
+    record_primary(&env, "ipr", &primary).await;
+
+    let policy = Policy::refuse_unless(
+        &env,
+        "UPDATE",
+        "object.spec.containers.all(c, oldObject.spec.containers.exists(o, o.name == c.name && o.image == c.image))",
+        "test policy refuses image changes",
+    )
+    .await;
+    let new_image = image("redis:7.4.3");
+    let api: Api<Redis> = env.api();
+    api.patch(
+        "ipr",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": &new_image}})),
+    )
+    .await
+    .unwrap();
+    wait_failure(&env, "ipr", "FailedUpdate").await;
+    let failed = notes(&env, "FailedUpdate").await;
+    assert!(
+        failed.iter().any(|n| n.contains(&replica)
+            && n.contains("in place")
+            && n.contains("test policy refuses image changes")),
+        "{failed:?}"
+    );
+    let pods = live_pods(&env, &uid).await;
+    assert_eq!(uids(&pods), before, "no Pod was replaced while refused");
+    assert!(pods.iter().all(|p| image_of(p) == image("redis:7.4.2")));
+
+    policy.remove().await;
+    wait_for("the replica updated in place", TIMEOUT, || async {
+        let pods = live_pods(&env, &uid).await;
+        let r = api.get("ipr").await.ok()?;
+        let done = pods
+            .iter()
+            .any(|p| p.name_any() == replica && image_of(p) == new_image);
+        let cleared = replica_failure(&r).is_none_or(|(status, _)| status == "False");
+        (done && cleared).then_some(())
+    })
+    .await;
+    assert_eq!(
+        uids(&live_pods(&env, &uid).await),
+        before,
+        "the replica kept its name and UID"
+    );
+    let updated = notes(&env, "UpdatedInPlace").await;
+    assert!(updated.iter().any(|n| n.contains(&replica)), "{updated:?}");
     op.assert_running();
 }

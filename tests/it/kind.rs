@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
+use podkeeper::engine::pods::PodIdentity;
 use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
 use serde_json::json;
 
@@ -491,30 +492,14 @@ async fn settled(env: &TestEnv, name: &str, n: usize) -> Redis {
         TIMEOUT,
         || async {
             let r = redis.get(name).await.ok()?;
-            let s = r.status.as_ref()?;
-            let ready = s
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            (ready
-                && s.primary.is_some()
-                && s.members.len() == n
-                && s.observed_generation == r.metadata.generation)
-                .then_some(r)
+            r.settled_with(n).then_some(r)
         },
     )
     .await
 }
 
 fn primary_of(r: &Redis) -> String {
-    r.status
-        .as_ref()
-        .unwrap()
-        .primary
-        .as_ref()
-        .unwrap()
-        .pod
-        .clone()
+    r.primary_pod().expect("a primary").to_string()
 }
 
 /// redis-cli in the client Pod against `host`.
@@ -806,28 +791,7 @@ async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replic
     assert!(ok, "{out}");
     let (ok, out) = cli(&env, &host, &["wait", "2", "5000"]);
     assert!(ok && out.trim() == "2", "WAIT 2: {out}");
-    let facts = |pods: &[Pod]| {
-        let mut v: Vec<(String, String, String, String)> = pods
-            .iter()
-            .map(|p| {
-                (
-                    p.name_any(),
-                    p.uid().unwrap_or_default(),
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.pod_ip.clone())
-                        .unwrap_or_default(),
-                    p.spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.clone())
-                        .unwrap_or_default(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    let before = facts(&ready_pods(&env, "kv", 3).await);
+    let before = PodIdentity::of_all(&ready_pods(&env, "kv", 3).await);
 
     let new_image = REDIS_ROLLOUT_IMAGES[0];
     redis
@@ -844,12 +808,7 @@ async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replic
         Duration::from_secs(300),
         || async {
             let r = redis.get("kv").await.ok()?;
-            let s = r.status.as_ref()?;
-            let ready = s
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            if !ready || s.updated_replicas != 3 || s.observed_generation != r.metadata.generation {
+            if !r.settled_with(3) {
                 return None;
             }
             let uid = r.uid()?;
@@ -876,7 +835,7 @@ async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replic
     )
     .await;
     assert_eq!(
-        facts(&after),
+        PodIdentity::of_all(&after),
         before,
         "every Pod kept its name, UID, IP and node"
     );
@@ -907,7 +866,7 @@ async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replic
     assert_eq!(masters, 1, "one primary");
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/kv"]);
     assert!(ok && out.contains("SwitchingOver"), "{out}");
-    for (name, ..) in &before {
+    for PodIdentity { name, .. } in &before {
         assert!(
             out.contains(&format!(
                 "Updated Pod {name} in place: image {REDIS_IMAGE} -> {new_image}"

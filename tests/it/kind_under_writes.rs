@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use podkeeper::bench::redis::session::{InvariantWatch, Session, primary_of};
+use podkeeper::bench::redis::session::{InvariantWatch, Session};
 use podkeeper::bench::redis::{self as bench, writer};
 use podkeeper::crd::Redis;
 use podkeeper::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
@@ -44,12 +44,12 @@ async fn kill_9_failovers_under_writes_lose_no_acknowledged_write_and_never_show
         2,
         "a new primary took writes each time"
     );
-    assert!(f.acknowledged > 0);
-    assert_eq!(f.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(f.client_overlaps, 0, "the client saw two primaries");
-    assert!(f.watch_events > 0);
+    assert!(f.writes.acknowledged > 0);
+    assert_eq!(f.writes.acknowledged_lost, 0, "acknowledged writes lost");
+    assert_eq!(f.writes.client_overlaps, 0, "the client saw two primaries");
+    assert!(f.writes.watch_events > 0);
     assert_eq!(
-        f.watch_violations,
+        f.writes.watch_violations,
         Vec::<String>::new(),
         "two primaries at an event"
     );
@@ -61,15 +61,15 @@ async fn image_rollouts_under_writes_switch_over_and_lose_no_acknowledged_write(
     let s = session(&env).await;
     let r = bench::rollouts(&s, 3, 2).await.expect("two rollouts");
     assert_eq!(r.switchovers, 2, "each rollout moved the primary");
-    assert!(r.acknowledged > 0);
-    assert_eq!(r.acknowledged_lost, 0, "acknowledged writes lost");
+    assert!(r.writes.acknowledged > 0);
+    assert_eq!(r.writes.acknowledged_lost, 0, "acknowledged writes lost");
     assert!(
         r.success.iter().all(|&x| x > 0.0),
         "writes went through during every rollout"
     );
-    assert_eq!(r.client_overlaps, 0, "the client saw two primaries");
+    assert_eq!(r.writes.client_overlaps, 0, "the client saw two primaries");
     assert_eq!(
-        r.watch_violations,
+        r.writes.watch_violations,
         Vec::<String>::new(),
         "two primaries at an event"
     );
@@ -189,7 +189,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
     for step in 0..steps {
         let fault = FAULTS[rng.random_range(0..FAULTS.len())];
         let r = redis.get(name).await.unwrap();
-        let primary = primary_of(&r).unwrap();
+        let primary = r.primary_pod().expect("a primary").to_string();
         let members: Vec<String> = pods
             .list(
                 &ListParams::default().labels(&podkeeper::controller::redis::selector_string(name)),
@@ -282,7 +282,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
             podkeeper::bench::redis::session::wait(
                 "a new primary",
                 Duration::from_secs(300),
-                || async { (primary_of(&redis.get(name).await.ok()?)? != primary).then_some(()) },
+                || async { (redis.get(name).await.ok()?.primary_pod()? != primary).then_some(()) },
             )
             .await
             .unwrap();

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::Redis;
@@ -368,4 +368,69 @@ fn secret_value(secret: &Secret, key: &str) -> String {
         .and_then(|d| d.get(key))
         .unwrap_or_else(|| panic!("Secret has no key {key}"));
     String::from_utf8(bytes.0.clone()).unwrap()
+}
+
+/// The Secret podkeeper would generate is refused (a quota of no Secrets):
+/// the Redis says why, in its Replicated condition and an Event, and once
+/// the quota is lifted the Secret is created with no other change.
+#[tokio::test]
+async fn a_generated_secret_refused_by_a_quota_is_created_once_the_quota_is_lifted() {
+    let env = TestEnv::new("redis-secret-quota").await;
+    let quotas = env.api::<ResourceQuota>();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-secrets"},
+        "spec": {"hard": {"secrets": "0"}},
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    let mut op = env.start_operator();
+    create(
+        &env,
+        "quota",
+        json!({"replicas": 1, "auth": {"secretName": "pw"}}),
+    )
+    .await
+    .unwrap();
+    let redis = env.api::<Redis>();
+    let refused = wait_for("the refused Secret in the condition", TIMEOUT, || async {
+        let r = redis.get("quota").await.ok()?;
+        let (status, reason, message) = condition(&r, "Replicated")?;
+        (status == "False" && reason == "AuthSecretUnreadable").then_some(message)
+    })
+    .await;
+    assert!(
+        refused.contains("cannot create Secret pw") && refused.contains("quota"),
+        "{refused}"
+    );
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/quota"]);
+    assert!(ok && out.contains("cannot create Secret pw"), "{out}");
+    let secrets = env.api::<Secret>();
+    assert!(secrets.get_opt("pw").await.unwrap().is_none());
+
+    quotas
+        .delete("no-secrets", &Default::default())
+        .await
+        .unwrap();
+    let generated = wait_for("the generated Secret", TIMEOUT, || async {
+        secrets.get_opt("pw").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(secret_value(&generated, "password").len(), 32);
+    let r = redis.get("quota").await.unwrap();
+    assert!(
+        generated
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == r.uid().unwrap()),
+        "{:?}",
+        generated.owner_references()
+    );
+    wait_for("the Secret read", TIMEOUT, || async {
+        let r = redis.get("quota").await.ok()?;
+        (condition(&r, "Replicated")?.1 != "AuthSecretUnreadable").then_some(())
+    })
+    .await;
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/quota"]);
+    assert!(ok && out.contains("SecretCreated"), "{out}");
+    op.assert_running();
 }

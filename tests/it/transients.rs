@@ -76,7 +76,7 @@ async fn converged(env: &TestEnv, name: &str, n: usize) -> Vec<Pod> {
     .await
 }
 
-fn replica_failure(r: &Redis) -> Option<(String, String)> {
+pub(crate) fn replica_failure(r: &Redis) -> Option<(String, String)> {
     r.status
         .as_ref()?
         .conditions
@@ -85,7 +85,7 @@ fn replica_failure(r: &Redis) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn wait_failure(env: &TestEnv, name: &str, reason: &str) -> Redis {
+pub(crate) async fn wait_failure(env: &TestEnv, name: &str, reason: &str) -> Redis {
     let api: Api<Redis> = env.api();
     wait_for(
         &format!("ReplicaFailure {reason} on {name}"),
@@ -100,13 +100,24 @@ async fn wait_failure(env: &TestEnv, name: &str, reason: &str) -> Redis {
 
 /// A cluster-wide policy, bound to this test's namespace only, that refuses
 /// `operation` on Pods. Dropped with [`Policy::remove`].
-struct Policy {
+pub(crate) struct Policy {
     name: String,
     client: kube::Client,
 }
 
 impl Policy {
     async fn refuse(env: &TestEnv, operation: &str) -> Policy {
+        let message = format!("test policy refuses Pod {operation}");
+        Policy::refuse_unless(env, operation, "false", &message).await
+    }
+
+    /// Refuses `operation` on Pods unless the CEL `expression` holds.
+    pub(crate) async fn refuse_unless(
+        env: &TestEnv,
+        operation: &str,
+        expression: &str,
+        message: &str,
+    ) -> Policy {
         let name = format!("refuse-{}-{}", operation.to_lowercase(), env.namespace);
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
         let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
@@ -118,7 +129,7 @@ impl Policy {
                     "apiGroups": [""], "apiVersions": ["v1"],
                     "operations": [operation], "resources": ["pods"]
                 }]},
-                "validations": [{"expression": "false", "message": format!("test policy refuses Pod {operation}")}]
+                "validations": [{"expression": expression, "message": message}]
             }
         }))
         .unwrap();
@@ -147,7 +158,7 @@ impl Policy {
         }
     }
 
-    async fn remove(self) {
+    pub(crate) async fn remove(self) {
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(self.client.clone());
         let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
         let _ = bindings.delete(&self.name, &DeleteParams::default()).await;

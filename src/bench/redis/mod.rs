@@ -13,12 +13,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::engine::pods::PodIdentity;
 use clap::Args;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use serde::Serialize;
 
-use self::session::{InvariantWatch, Session, load_average, now, primary_of};
+use self::session::{InvariantWatch, Session, load_average, now};
 use super::measure::{Percentiles, percentiles};
 use crate::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
 
@@ -55,6 +54,12 @@ fn other(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Other(e.to_string())
 }
 
+fn primary(r: &crate::crd::Redis) -> Result<String, crate::Error> {
+    r.primary_pod()
+        .map(str::to_string)
+        .ok_or_else(|| other("no primary"))
+}
+
 fn progress(m: &str) {
     eprintln!("bench-redis [{}]: {m}", load_average());
 }
@@ -70,12 +75,39 @@ pub struct Failovers {
     /// a server that is neither the killed nor the new primary (say the
     /// restarted, empty old one).
     pub accepted_elsewhere: usize,
+    #[serde(flatten)]
+    pub writes: UnderWrites,
+    pub load: (String, String),
+}
+
+/// What the client and the watch saw over a whole series of runs.
+#[derive(Debug, Default, Serialize)]
+pub struct UnderWrites {
     pub acknowledged: usize,
     pub acknowledged_lost: usize,
+    /// Times the client saw a primary take writes after another had.
     pub client_overlaps: usize,
     pub watch_events: usize,
     pub watch_violations: Vec<String>,
-    pub load: (String, String),
+}
+
+/// Stops the writer and counts what it and the watch saw: acknowledged
+/// writes (read back through `host`), those lost, two primaries.
+async fn wind_up(
+    session: &Session,
+    host: &str,
+    watch: InvariantWatch,
+) -> Result<UnderWrites, crate::Error> {
+    let writes = session.stop_writer().await?;
+    let acked = writer::acknowledged(&writes, 1);
+    let seen = watch.seen();
+    Ok(UnderWrites {
+        acknowledged: acked.len(),
+        acknowledged_lost: session.lost(host, PORT, &acked)?.len(),
+        client_overlaps: writer::overlapping_primaries(&writes).len(),
+        watch_events: seen.events,
+        watch_violations: seen.violations,
+    })
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -92,11 +124,8 @@ pub struct Rollouts {
     pub pods_kept: usize,
     /// Pods whose IP a member still has after the rollout.
     pub pods_kept_ip: usize,
-    pub acknowledged: usize,
-    pub acknowledged_lost: usize,
-    pub client_overlaps: usize,
-    pub watch_events: usize,
-    pub watch_violations: Vec<String>,
+    #[serde(flatten)]
+    pub writes: UnderWrites,
     pub load: (String, String),
 }
 
@@ -198,18 +227,18 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
     let watch = InvariantWatch::start(session, name);
     for run in 0..runs {
         let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
-        let old = primary_of(&r).ok_or_else(|| other("no primary"))?;
+        let old = primary(&r)?;
         let old_run_id = session.run_id(&old, PORT)?;
         session.writes_accepted(10).await?;
         let killed_at = session.kill_9(&old).await?;
         let redis = session.api::<crate::crd::Redis>();
         session::wait("a new primary", STEP_TIMEOUT, || async {
             let r = redis.get(name).await.ok()?;
-            (primary_of(&r)? != old).then_some(())
+            (r.primary_pod()? != old).then_some(())
         })
         .await?;
         let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
-        let new = primary_of(&r).ok_or_else(|| other("no primary"))?;
+        let new = primary(&r)?;
         let new_run_id = session.run_id(&new, PORT)?;
         // The writer has written to the new primary since.
         session.writes_accepted(5).await?;
@@ -233,28 +262,10 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
             w.client_gap_s,
         ));
     }
-    let writes = session.stop_writer().await?;
-    let acked = writer::acknowledged(&writes, 1);
-    f.acknowledged = acked.len();
-    f.acknowledged_lost = session.lost(&host, PORT, &acked)?.len();
-    f.client_overlaps = writer::overlapping_primaries(&writes).len();
-    let seen = watch.seen();
-    f.watch_events = seen.events;
-    f.watch_violations = seen.violations;
+    f.writes = wind_up(session, &host, watch).await?;
     f.load.1 = load_average();
     delete_redis(session, name).await?;
     Ok(f)
-}
-
-fn pod_identity(p: &Pod) -> (String, String, String) {
-    (
-        p.name_any(),
-        p.uid().unwrap_or_default(),
-        p.status
-            .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .unwrap_or_default(),
-    )
 }
 
 /// `runs` image changes, cycling through the tags of our Redis image.
@@ -272,8 +283,8 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
         .collect();
     for run in 0..runs {
         let (r, before) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
-        let old_primary = primary_of(&r).ok_or_else(|| other("no primary"))?;
-        let before: Vec<_> = before.iter().map(pod_identity).collect();
+        let old_primary = primary(&r)?;
+        let before = PodIdentity::of_all(&before);
         let image = images[(run + 1) % images.len()];
         let started = now();
         session
@@ -300,18 +311,18 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
             .collect();
         let s = writer::summarize(&during, 1);
         let pause = writer::longest_pause(&writes, started, ended).map_or(0.0, |p| p.0);
-        let new_primary = primary_of(&r).unwrap_or_default();
+        let new_primary = r.primary_pod().unwrap_or_default().to_string();
         if new_primary != old_primary {
             out.switchovers += 1;
         }
-        let after: Vec<_> = after.iter().map(pod_identity).collect();
+        let after = PodIdentity::of_all(&after);
         let kept = before
             .iter()
-            .filter(|b| after.iter().any(|a| a.1 == b.1))
+            .filter(|b| after.iter().any(|a| a.uid == b.uid))
             .count();
         let kept_ip = before
             .iter()
-            .filter(|b| !b.2.is_empty() && after.iter().any(|a| a.2 == b.2))
+            .filter(|b| !b.ip.is_empty() && after.iter().any(|a| a.ip == b.ip))
             .count();
         out.pods_before += before.len();
         out.pods_kept += kept;
@@ -328,14 +339,7 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
             before.len()
         ));
     }
-    let writes = session.stop_writer().await?;
-    let acked = writer::acknowledged(&writes, 1);
-    out.acknowledged = acked.len();
-    out.acknowledged_lost = session.lost(&host, PORT, &acked)?.len();
-    out.client_overlaps = writer::overlapping_primaries(&writes).len();
-    let seen = watch.seen();
-    out.watch_events = seen.events;
-    out.watch_violations = seen.violations;
+    out.writes = wind_up(session, &host, watch).await?;
     out.load.1 = load_average();
     delete_redis(session, name).await?;
     Ok(out)
@@ -353,7 +357,7 @@ pub async fn scale_downs(session: &Session, runs: usize) -> Result<ScaleDowns, c
         let host = start(session, &name, 5, 1).await?;
         let watch = InvariantWatch::start(session, &name);
         let (r, _) = session.settled(&name, 5, STEP_TIMEOUT).await?;
-        let primary = primary_of(&r);
+        let primary = r.primary_pod().map(str::to_string);
         session
             .patch_redis(&name, serde_json::json!({"replicas": 1}))
             .await?;
@@ -371,7 +375,7 @@ pub async fn scale_downs(session: &Session, runs: usize) -> Result<ScaleDowns, c
         out.accepted_lost += lost_accepted.len();
         out.acknowledged += acked.len();
         out.acknowledged_lost += acked.iter().filter(|k| lost_accepted.contains(k)).count();
-        out.primary_kept += usize::from(primary_of(&r) == primary);
+        out.primary_kept += usize::from(r.primary_pod() == primary.as_deref());
         out.watch_violations.extend(watch.seen().violations);
         progress(&format!(
             "scale-down {}/{runs}: {} accepted writes, {} lost",
@@ -414,19 +418,19 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             s,
             "Acknowledged writes (WAIT 1) lost: {} of {}. Writes accepted after a kill, before the new primary's first, by neither the killed nor the new primary: {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
-            f.acknowledged_lost,
-            f.acknowledged,
+            f.writes.acknowledged_lost,
+            f.writes.acknowledged,
             f.accepted_elsewhere,
-            f.client_overlaps,
-            f.watch_violations.len(),
-            f.watch_events
+            f.writes.client_overlaps,
+            f.writes.watch_violations.len(),
+            f.writes.watch_events
         );
     }
     let o = &r.rollouts;
     if o.runs > 0 {
         let _ = writeln!(
             s,
-            "### Image rollouts with a planned switchover ({} rollouts, {} members; Pods replaced)\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+            "### Image rollouts with a planned switchover ({} rollouts, {} members; image-only, so Pods are updated in place)\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
             o.runs, r.members, o.load.0, o.load.1
         );
         let _ = writeln!(s, "| measure | p50 / p99 / max |\n|---|---|");
@@ -453,15 +457,15 @@ pub fn markdown(r: &Report) -> String {
             o.switchovers,
             o.switchovers,
             o.runs,
-            o.acknowledged_lost,
-            o.acknowledged,
+            o.writes.acknowledged_lost,
+            o.writes.acknowledged,
             o.pods_kept,
             o.pods_before,
             o.pods_kept_ip,
             o.pods_before,
-            o.client_overlaps,
-            o.watch_violations.len(),
-            o.watch_events
+            o.writes.client_overlaps,
+            o.writes.watch_violations.len(),
+            o.writes.watch_events
         );
     }
     let d = &r.scale_downs;
@@ -482,9 +486,10 @@ pub fn markdown(r: &Report) -> String {
         );
     }
     for v in f
+        .writes
         .watch_violations
         .iter()
-        .chain(&o.watch_violations)
+        .chain(&o.writes.watch_violations)
         .chain(&d.watch_violations)
     {
         let _ = writeln!(s, "- violation: {v}");

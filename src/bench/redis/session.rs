@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::writer;
 use crate::crd::Redis;
+use crate::engine::pods::pod_is_ready;
 use crate::replication::api::ROLE_LABEL;
 
 fn other(e: impl std::fmt::Display) -> crate::Error {
@@ -121,7 +122,7 @@ impl Session {
         let pods: Api<Pod> = session.api();
         pods.create(&PostParams::default(), &pod).await?;
         wait("the client Pod", Duration::from_secs(300), || async {
-            pods.get(CLIENT).await.ok().filter(pod_ready).map(|_| ())
+            pods.get(CLIENT).await.ok().filter(pod_is_ready).map(|_| ())
         })
         .await?;
         Ok(session)
@@ -396,25 +397,16 @@ impl Session {
             timeout,
             || async {
                 let r = redis.get(name).await.ok()?;
-                let s = r.status.as_ref()?;
-                let ready = s
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                if !(ready
-                    && s.primary.is_some()
-                    && s.members.len() == n
-                    && s.updated_replicas == n as i32
-                    && s.observed_generation == r.metadata.generation)
-                {
+                if !r.settled_with(n) {
                     return None;
                 }
+                let s = r.status.as_ref()?;
                 let live = member_pods(&pods, name).await?;
                 let mut names: Vec<String> = live.iter().map(|p| p.name_any()).collect();
                 let mut members: Vec<String> = s.members.iter().map(|m| m.pod.clone()).collect();
                 names.sort();
                 members.sort();
-                (names == members && live.iter().all(pod_ready)).then_some((r, live))
+                (names == members && live.iter().all(pod_is_ready)).then_some((r, live))
             },
         )
         .await
@@ -450,7 +442,7 @@ impl Session {
         port: u16,
     ) -> Result<Vec<String>, crate::Error> {
         let (r, pods) = self.settled(name, n, Duration::from_secs(600)).await?;
-        let primary = primary_of(&r).unwrap_or_default();
+        let primary = r.primary_pod().unwrap_or_default().to_string();
         let primary_ip = pods
             .iter()
             .find(|p| p.name_any() == primary)
@@ -503,17 +495,6 @@ pub async fn member_pods(pods: &Api<Pod>, name: &str) -> Option<Vec<Pod>> {
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect(),
     )
-}
-
-pub fn primary_of(r: &Redis) -> Option<String> {
-    Some(r.status.as_ref()?.primary.as_ref()?.pod.clone())
-}
-
-pub fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Polls `f` every 200 ms until it gives a value, for at most `timeout`.
