@@ -213,6 +213,7 @@ impl Set {
                 port: s.port,
                 ready: true,
                 deleting: false,
+                stopped: false,
                 retiring: self.retiring.contains(&s.name),
             })
             .collect()

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -198,6 +198,31 @@ struct Contender<K> {
     make: fn(usize, usize) -> serde_json::Value,
     settled: fn(&K, usize) -> bool,
     delete: DeleteParams,
+    /// Services the bench itself creates with object `i` and deletes with
+    /// it, so that both contenders' stages carry the same Services (a
+    /// Redis brings its two; a ReplicaSet gets the same two from the bench).
+    services: fn(usize) -> Vec<serde_json::Value>,
+}
+
+/// The two Services of Redis `r{i}` as podkeeper makes them (`<name>` for
+/// the primary, `<name>-replicas`), over the ReplicaSet's Pods. Their
+/// selectors name the role label, which no Pod on kwok gets (no
+/// redis-server answers there): as for podkeeper's, their endpoints stay
+/// empty, and the endpoints controllers do the same work for both.
+fn replicaset_services(i: usize) -> Vec<serde_json::Value> {
+    [("", "primary"), ("-replicas", "replica")]
+        .into_iter()
+        .map(|(suffix, role)| {
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": format!("r{i}{suffix}")},
+                "spec": {
+                    "selector": {"bench": format!("r{i}"), crate::replication::api::ROLE_LABEL: role},
+                    "ports": [{"name": "redis", "port": 6379, "targetPort": 6379}],
+                }
+            })
+        })
+        .collect()
 }
 
 fn redis_contender(namespace: String) -> Contender<Redis> {
@@ -214,6 +239,7 @@ fn redis_contender(namespace: String) -> Contender<Redis> {
         },
         settled: redis_settled,
         delete: DeleteParams::default(),
+        services: |_| Vec::new(),
     }
 }
 
@@ -243,6 +269,7 @@ fn replicaset_contender(
         // Foreground: the ReplicaSet stays until its Pods are gone, the
         // guarantee podkeeper's finalizer gives.
         delete: DeleteParams::foreground(),
+        services: replicaset_services,
     }
 }
 
@@ -348,11 +375,18 @@ impl Bench {
         let api: Api<K> = Api::namespaced(self.client.clone(), &c.namespace);
         let mark = measure::audit_mark(&self.audit);
         let start = Instant::now();
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
         for_all(n, |i| {
             let api = api.clone();
+            let services = services.clone();
             let object = serde_json::from_value::<K>((c.make)(i, r));
             async move {
                 api.create(&PostParams::default(), &object?).await?;
+                for s in (c.services)(i) {
+                    services
+                        .create(&PostParams::default(), &serde_json::from_value(s)?)
+                        .await?;
+                }
                 Ok(())
             }
         })
@@ -458,9 +492,18 @@ impl Bench {
 
         let mark = measure::audit_mark(&self.audit);
         let start = Instant::now();
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
         for_all(n, |i| {
             let api = api.clone();
+            let services = services.clone();
             async move {
+                for s in (c.services)(i) {
+                    let name = s["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    services.delete(&name, &DeleteParams::default()).await?;
+                }
                 api.delete(&format!("r{i}"), &c.delete).await?;
                 Ok(())
             }

@@ -112,11 +112,27 @@ pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef
                 port,
                 ready: crate::engine::pods::pod_is_ready(p),
                 deleting: p.metadata.deletion_timestamp.is_some(),
+                stopped: container_stopped(p),
             }
         })
         .collect();
     refs.sort_by(|a, b| a.pod.cmp(&b.pod));
     refs
+}
+
+/// The kubelet reports the Pod's containers, and none of them running (one
+/// exited, or waits to be restarted). A Pod without container statuses yet
+/// is not known to have stopped.
+fn container_stopped(p: &Pod) -> bool {
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    !statuses.is_empty()
+        && statuses
+            .iter()
+            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
 }
 
 /// The role label changes to make, demotions first, so that the primary
@@ -272,6 +288,7 @@ fn cause_text(cause: Cause) -> &'static str {
         Cause::PrimaryGone => "the primary's Pod is gone",
         Cause::PrimaryRestarted => "the primary restarted with an empty dataset",
         Cause::PrimaryUnreachable => "the primary did not answer",
+        Cause::PrimaryStopped => "the primary's container is not running",
         Cause::PrimaryDemoted => "the recorded primary is a replica",
     }
 }
@@ -643,6 +660,7 @@ mod tests {
                     port: 7000,
                     ready: false,
                     deleting: false,
+                    stopped: false,
                     retiring: false
                 },
                 PodRef {
@@ -651,9 +669,53 @@ mod tests {
                     port: 7000,
                     ready: false,
                     deleting: false,
+                    stopped: false,
                     retiring: true
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_container_exited_or_waits_to_restart_is_stopped() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+            ContainerStatus,
+        };
+        let with = |state: ContainerState| {
+            let p = pod("a", Some("primary"), Some("10.0.0.1"));
+            let mut p = (*p).clone();
+            p.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+                name: "redis".into(),
+                state: Some(state),
+                ..Default::default()
+            }]);
+            p
+        };
+        let running = with(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        });
+        let exited = with(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let back_off = with(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert!(!container_stopped(&running));
+        assert!(container_stopped(&exited));
+        assert!(container_stopped(&back_off));
+        assert!(
+            !container_stopped(&pod("a", None, None)),
+            "no statuses yet: not known to have stopped"
         );
     }
 

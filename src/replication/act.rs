@@ -25,6 +25,9 @@ pub struct PodRef {
     pub ready: bool,
     pub deleting: bool,
     pub retiring: bool,
+    /// The kubelet reports its container not running (exited, or waiting
+    /// to restart): its redis-server and its memory are gone.
+    pub stopped: bool,
 }
 
 /// What the operator remembers about one Redis between reconciles: since
@@ -156,6 +159,7 @@ pub async fn observe(
             port: p.port,
             ready: p.ready,
             deleting: p.deleting,
+            stopped: p.stopped,
             retiring: p.retiring,
             observed,
         });
@@ -486,6 +490,7 @@ mod tests {
             port: 6379,
             ready: true,
             deleting: false,
+            stopped: false,
             retiring: false,
             observed,
         }

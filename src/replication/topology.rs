@@ -10,8 +10,9 @@
 //!    primary (a switchover finished before it was recorded), that member is
 //!    adopted.
 //! 3. Otherwise the primary is lost: its Pod is gone; it is terminating and
-//!    silent; it restarted (new `run_id`: its memory is empty); it has been
-//!    silent for `failover_after`; or nothing was recorded. A new primary is
+//!    silent; it restarted (new `run_id`: its memory is empty); it is silent
+//!    and the kubelet reports its container not running; it has been silent
+//!    for `failover_after`; or nothing was recorded. A new primary is
 //!    chosen among members that hold the data: the highest replication
 //!    offset wins (so every write acknowledged by `WAIT 1` survives). Never
 //!    chosen while others hold data: a member following the start-up
@@ -52,6 +53,9 @@ pub struct Member {
     pub ready: bool,
     /// The Pod has a deletionTimestamp.
     pub deleting: bool,
+    /// The kubelet reports its container not running: whatever it held in
+    /// memory is gone, so a silent primary need not be waited for.
+    pub stopped: bool,
     /// The engine wants to replace, update or remove this Pod (rollout,
     /// scale-down): a primary is switched over first.
     pub retiring: bool,
@@ -157,6 +161,9 @@ pub enum Cause {
     PrimaryRestarted,
     /// The recorded primary did not answer for `failover_after`.
     PrimaryUnreachable,
+    /// The recorded primary is silent and its container is not running
+    /// (it exited, or waits out the kubelet's restart back-off).
+    PrimaryStopped,
     /// The recorded primary is a replica of something that is not a member.
     PrimaryDemoted,
 }
@@ -281,10 +288,12 @@ fn current<'a>(
         }
         (Observed::Unreachable { since }, _) => {
             let until = since.checked_add(settings.failover_after).unwrap_or(*since);
-            if m.deleting || m.ip.is_none() || now >= until {
+            if m.deleting || m.ip.is_none() || m.stopped || now >= until {
                 Current::Lost {
                     cause: if m.deleting || m.ip.is_none() {
                         Cause::PrimaryGone
+                    } else if m.stopped {
+                        Cause::PrimaryStopped
                     } else {
                         Cause::PrimaryUnreachable
                     },

@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::bounds::Recorder;
 use crate::harness::{PodDelays, TestEnv, image, wait_for};
 use crate::redis::{converged, live_pods};
-use crate::transients::{Policy, replica_failure, wait_failure};
+use crate::transients::{Policy, image_changes_refused, replica_failure, wait_failure};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const ROLE: &str = "podkeeper.dev/role";
@@ -270,6 +270,7 @@ async fn a_refused_in_place_image_patch_is_retried_until_the_policy_goes() {
         "test policy refuses image changes",
     )
     .await;
+    image_changes_refused(&env, &replica, true).await;
     let new_image = image("redis:7.4.3");
     let api: Api<Redis> = env.api();
     api.patch(
@@ -292,6 +293,7 @@ async fn a_refused_in_place_image_patch_is_retried_until_the_policy_goes() {
     assert!(pods.iter().all(|p| image_of(p) == image("redis:7.4.2")));
 
     policy.remove().await;
+    image_changes_refused(&env, &replica, false).await;
     wait_for("the replica updated in place", TIMEOUT, || async {
         let pods = live_pods(&env, &uid).await;
         let r = api.get("ipr").await.ok()?;

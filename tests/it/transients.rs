@@ -211,6 +211,29 @@ async fn deletes_refused(env: &TestEnv, pod: &str, refused: bool) {
     .await;
 }
 
+/// The same for a change of `pod`'s image (a dry-run patch).
+pub(crate) async fn image_changes_refused(env: &TestEnv, pod: &str, refused: bool) {
+    let pods: Api<Pod> = env.api();
+    let current = pods.get(pod).await.unwrap();
+    let container = current.spec.as_ref().unwrap().containers[0].name.clone();
+    let patch = json!({"spec": {"containers": [{"name": container, "image": "probe:1"}]}});
+    wait_for(
+        &format!("image changes of {pod} to be refused: {refused}"),
+        TIMEOUT,
+        || async {
+            let r = pods
+                .patch(
+                    pod,
+                    &PatchParams::default().dry_run(),
+                    &Patch::Strategic(&patch),
+                )
+                .await;
+            (r.is_err() == refused).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas() {
     let env = TestEnv::new("quota").await;

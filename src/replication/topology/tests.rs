@@ -23,6 +23,7 @@ fn base(pod: &str, ip: &str, observed: Observed) -> Member {
         port: PORT,
         ready: true,
         deleting: false,
+        stopped: false,
         retiring: false,
         observed,
     }
@@ -200,6 +201,26 @@ fn a_deleted_or_terminating_silent_primary_is_replaced_at_once() {
     let p = plan(&m, Some(&rec("a")), &settings(), t(0));
     assert_eq!(p.cause, Some(Cause::PrimaryGone));
     assert_eq!(promoted(&p), ["b"]);
+}
+
+#[test]
+fn a_silent_primary_whose_container_stopped_is_replaced_at_once() {
+    let mut m = steady();
+    m[0] = silent("a", "10.0.0.1", t(0));
+    m[1] = replica("b", "10.0.0.2", "10.0.0.1", 80, false);
+    m[2] = replica("c", "10.0.0.3", "10.0.0.1", 95, false);
+    m[0].stopped = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryStopped));
+    assert_eq!(promoted(&p), ["c"], "the highest offset, without waiting");
+    assert_eq!(replicated_to(&p, Why::Repoint), [("b", "10.0.0.3")]);
+
+    // A stopped replica changes nothing for a primary that answers.
+    let mut m = steady();
+    m[1].stopped = true;
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert_eq!(p.cause, None);
+    assert_eq!(p.primary.as_deref(), Some("a"));
 }
 
 #[test]
