@@ -58,8 +58,8 @@ fn default_auth_key() -> String {
 #[serde(rename_all = "camelCase")]
 pub struct FailoverSpec {
     /// Seconds the primary may be unreachable before a replica is promoted.
-    /// A primary whose Pod is gone, or whose process restarted empty, is
-    /// replaced at once.
+    /// A primary whose Pod is gone, whose process restarted empty, or whose
+    /// container the kubelet reports not running, is replaced at once.
     #[serde(default = "default_after_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub after_seconds: u32,

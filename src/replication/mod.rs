@@ -38,7 +38,9 @@
 //! promoted.
 //!
 //! **Unplanned failover** happens when the primary's Pod is gone or
-//! terminating and unreachable, has restarted, or has been unreachable for
+//! terminating and unreachable, has restarted, is unreachable while the
+//! kubelet reports its container not running (it exited, or waits out the
+//! restart back-off), or has been unreachable for
 //! `spec.failover.afterSeconds`. The replica with the highest replication
 //! offset is promoted (a write acknowledged by `WAIT 1` is on it), others
 //! are repointed, and a returning old primary is fenced: it is made a
