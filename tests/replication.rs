@@ -956,3 +956,47 @@ async fn chaos_keeps_one_primary_and_every_acknowledged_write() {
         }
     }
 }
+
+/// Runs the Pods' readiness command (`sh -c`) against `port`, with the
+/// container's password variable set as the Pod's would be.
+fn probe_ready(port: u16, password: Option<&str>) -> bool {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(podkeeper::replication::objects::readiness_command(
+            port,
+            password.is_some(),
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(p) = password {
+        cmd.env(config::PASSWORD_ENV, p);
+    }
+    cmd.status().expect("sh").success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_is_a_primary_or_a_linked_replica_never_a_member_following_the_placeholder() {
+    for password in [None, Some("s3cret with spaces")] {
+        let mut set = Set::start(2, password).await;
+        // Started as replicas of the placeholder: no data to serve.
+        for s in &set.servers {
+            assert!(!probe_ready(s.port, password), "{} {password:?}", s.name);
+        }
+        let primary = set.converge().await;
+        // The replica's link comes up once its sync is loaded.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !set.servers.iter().all(|s| probe_ready(s.port, password)) {
+            assert!(Instant::now() < deadline, "both ready ({password:?})");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The primary gone: its replica's link is down, so it is not ready
+        // until it is promoted or repointed.
+        let replica = set.servers.iter().find(|s| s.name != primary).unwrap().port;
+        set.server_mut(&primary).kill9().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while probe_ready(replica, password) {
+            assert!(Instant::now() < deadline, "replica unready ({password:?})");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

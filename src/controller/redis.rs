@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector,
-    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint,
-    Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
+    SecurityContext, Service, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -148,14 +148,10 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        readiness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::Int(port),
-                host: None,
-            }),
-            period_seconds: Some(5),
-            ..Default::default()
-        }),
+        readiness_probe: Some(crate::replication::objects::readiness_probe(
+            u16::try_from(port).unwrap_or(6379),
+            spec.auth.is_some(),
+        )),
         resources: spec.resources.clone(),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -567,15 +563,13 @@ mod tests {
         assert!(args.contains("--protected-mode no"), "{args}");
         assert!(args.contains("--bind * -::*"), "{args}");
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7000);
-        assert_eq!(
-            c.readiness_probe
-                .as_ref()
-                .unwrap()
-                .tcp_socket
-                .as_ref()
-                .unwrap()
-                .port,
-            IntOrString::Int(7000)
+        let probe = c.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap();
+        let probe = probe.command.as_ref().unwrap().join(" ");
+        assert!(
+            probe.contains("redis-cli -p 7000 info replication")
+                && probe.contains("master_link_status:up")
+                && !probe.contains("REDISCLI_AUTH"),
+            "{probe}"
         );
         let h1 = revision_of(&t);
         assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));

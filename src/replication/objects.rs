@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    EnvVar, EnvVarSource, SecretKeySelector, Service, ServicePort, ServiceSpec,
+    EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector, Service, ServicePort, ServiceSpec,
     TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -86,6 +86,43 @@ pub fn replicas_service(
 /// A merge patch that sets a Pod's role label.
 pub fn role_label_patch(role: &str) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role}}})
+}
+
+/// The shell command of the readiness probe: Ready means the member serves
+/// the data, as a primary or as a replica whose link to its primary is up
+/// (`master_link_status:up` comes once the full sync is loaded). A replica
+/// that still follows the start-up placeholder, or is loading a sync, would
+/// answer reads from an empty or partial dataset, so the `<name>-replicas`
+/// Service (ready Pods only) must not send it any. With a password,
+/// redis-cli takes it from `REDISCLI_AUTH`, set from the container's
+/// password variable, so it is not on the command line.
+pub fn readiness_command(port: u16, password: bool) -> String {
+    let auth = if password {
+        format!("REDISCLI_AUTH=\"${PASSWORD_ENV}\" ")
+    } else {
+        String::new()
+    };
+    format!(
+        "{auth}redis-cli -p {port} info replication | grep -Eq '^(role:master|master_link_status:up)'"
+    )
+}
+
+/// The readiness probe that runs [`readiness_command`] every 2 s; two
+/// failures in a row make the Pod NotReady.
+pub fn readiness_probe(port: u16, password: bool) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                readiness_command(port, password),
+            ]),
+        }),
+        period_seconds: Some(2),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(2),
+        ..Probe::default()
+    }
 }
 
 /// The container's password variable, from the Secret named by spec.auth.

@@ -147,8 +147,8 @@ async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so(
     );
 
     // redis-server closes its listening socket on spec.port while the
-    // process (and so the container) keeps running: only the TCP readiness
-    // probe can notice.
+    // process (and so the container) keeps running: only the readiness
+    // probe (redis-cli on spec.port) can notice.
     assert_eq!(
         redis_cli(&env, &pod, 6380, &["config", "set", "port", "0"]),
         "OK"
