@@ -232,16 +232,23 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
                     .await
                     .unwrap();
                 if matches!(fault, Fault::RolloutAndKillOperator) {
-                    // Somewhere in the rollout: once a new Pod exists.
+                    // Somewhere in the rollout: once a Pod is on the new
+                    // image (an image-only change updates Pods in place;
+                    // a new Pod would count too).
+                    let want = images[image];
                     podkeeper::bench::redis::session::wait(
-                        "a new Pod of the rollout",
+                        "a Pod on the rollout's image",
                         Duration::from_secs(300),
                         || async {
                             let now = pods.list(&ListParams::default()).await.ok()?;
                             now.items
                                 .iter()
+                                .filter(|p| p.name_any() != "client")
                                 .any(|p| {
-                                    p.name_any() != "client" && !members.contains(&p.name_any())
+                                    !members.contains(&p.name_any())
+                                        || p.spec.as_ref().is_some_and(|s| {
+                                            s.containers[0].image.as_deref() == Some(want)
+                                        })
                                 })
                                 .then_some(())
                         },
