@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
-    SecurityContext, Service, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -28,7 +27,7 @@ use crate::engine::rank::sort_for_deletion;
 use crate::replication::api::{
     REPLICATED_CONDITION, ROLE_LABEL, primary_service_name, replicas_service_name,
 };
-use crate::replication::config::{PASSWORD_ENV, config_args, server_command};
+use crate::replication::config::{config_args, server_command};
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
@@ -121,20 +120,10 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     let spec = &redis.spec;
     let port = spec.port;
     let (command, args) = server_args(redis)?;
-    let env = spec.auth.as_ref().map(|auth| {
-        vec![EnvVar {
-            name: PASSWORD_ENV.into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: auth.secret_name.clone(),
-                    key: auth.key.clone(),
-                    optional: Some(false),
-                }),
-                ..Default::default()
-            }),
-        }]
-    });
+    let env = spec
+        .auth
+        .as_ref()
+        .map(|auth| vec![crate::replication::objects::password_env(auth)]);
     let container = Container {
         name: "redis".into(),
         image: Some(spec.image.clone()),
@@ -776,7 +765,7 @@ mod tests {
         let spec = t.spec.as_ref().unwrap();
         let c = &spec.containers[0];
         let env = &c.env.as_ref().unwrap()[0];
-        assert_eq!(env.name, PASSWORD_ENV);
+        assert_eq!(env.name, crate::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
         let sel = env
             .value_from

@@ -1,15 +1,14 @@
 //! The Kubernetes objects replication adds around the Pods, built from plain
 //! values (pure): the two Services, the role label, the password's
-//! environment variable and the spreading constraints. The caller passes the
+//! environment variable and the readiness probe. The caller passes the
 //! labels that select the set's Pods and sets owner references.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::api::{AuthSpec, ROLE_LABEL, primary_service_name, replicas_service_name};
@@ -141,28 +140,6 @@ pub fn password_env(auth: &AuthSpec) -> EnvVar {
     }
 }
 
-/// Spread the set's Pods over nodes, and over zones where nodes have them.
-/// `ScheduleAnyway`: with fewer nodes than Pods, Pods still run (doubled
-/// up) rather than stay Pending. The scheduler's default spreading builds
-/// its selector from the Services, ReplicationControllers, ReplicaSets and
-/// StatefulSets a Pod belongs to; none groups a set's Pods here (the
-/// Services select by role), hence explicit constraints on the set's labels.
-pub fn spread_constraints(selector: &BTreeMap<String, String>) -> Vec<TopologySpreadConstraint> {
-    ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
-        .into_iter()
-        .map(|key| TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: key.to_string(),
-            when_unsatisfiable: "ScheduleAnyway".into(),
-            label_selector: Some(LabelSelector {
-                match_labels: Some(selector.clone()),
-                match_expressions: None,
-            }),
-            ..TopologySpreadConstraint::default()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,20 +181,6 @@ mod tests {
         assert_eq!(
             (r.name.as_str(), r.key.as_str()),
             ("cache-auth", "password")
-        );
-    }
-
-    #[test]
-    fn pods_spread_over_nodes_and_zones() {
-        let c = spread_constraints(&selector());
-        let keys: Vec<&str> = c.iter().map(|c| c.topology_key.as_str()).collect();
-        assert_eq!(
-            keys,
-            ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
-        );
-        assert!(
-            c.iter()
-                .all(|c| c.max_skew == 1 && c.when_unsatisfiable == "ScheduleAnyway")
         );
     }
 }
