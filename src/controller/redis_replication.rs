@@ -495,15 +495,11 @@ impl Extras<Redis> for ReplicationExtras {
             if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
                 continue;
             }
+            // Asked before the apply, which makes it exist either way.
+            let existed =
+                super::service::service_exists(&self.services, &api, &name, live.is_some()).await;
             match api.patch(&name, &params, &Patch::Apply(&want)).await {
                 Ok(_) => {
-                    let existed = super::service::service_existed(
-                        &self.services,
-                        &api,
-                        &name,
-                        live.is_some(),
-                    )
-                    .await;
                     let (reason, note) = if existed {
                         ("ServiceUpdated", format!("Updated Service {name}"))
                     } else {

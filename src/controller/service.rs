@@ -97,12 +97,12 @@ pub fn service_in_sync(want: &Service, live: &Service) -> bool {
     })
 }
 
-/// Whether a Service podkeeper has just applied existed before. The cache
+/// Whether a Service podkeeper is about to apply exists already. The cache
 /// answers once it has had its first list; before that (a new leader's
 /// first reconciles) a GET does, so the Event says what really happened.
 /// The cache is not awaited: the controller stops reading the Service
 /// stream, which fills it, while every reconcile slot is busy.
-pub async fn service_existed(
+pub async fn service_exists(
     services: &Store<Service>,
     api: &Api<Service>,
     name: &str,
@@ -167,11 +167,11 @@ impl Extras<Application> for ServiceExtras {
             }
             (Some(want), live) => {
                 let params = PatchParams::apply(FIELD_MANAGER).force();
+                // Asked before the apply, which makes it exist either way.
+                let existed =
+                    service_exists(&self.services, &api, &owner.name, live.is_some()).await;
                 match api.patch(&owner.name, &params, &Patch::Apply(&want)).await {
                     Ok(applied) => {
-                        let existed =
-                            service_existed(&self.services, &api, &owner.name, live.is_some())
-                                .await;
                         let (reason, note) = if existed {
                             (
                                 "ServiceUpdated",

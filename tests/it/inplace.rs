@@ -271,6 +271,7 @@ async fn a_refused_in_place_image_patch_is_retried_until_the_policy_goes() {
     )
     .await;
     image_changes_refused(&env, &replica, true).await;
+    let recorder = Recorder::start(&env).await;
     let new_image = image("redis:7.4.3");
     let api: Api<Redis> = env.api();
     api.patch(
@@ -311,5 +312,12 @@ async fn a_refused_in_place_image_patch_is_retried_until_the_policy_goes() {
     );
     let updated = notes(&env, "UpdatedInPlace").await;
     assert!(updated.iter().any(|n| n.contains(&replica)), "{updated:?}");
+    // At every Pod event, refused or not: never a surge Pod, never more
+    // than one Pod down.
+    let report = recorder.check();
+    report.assert_held("refused, then allowed, in-place rollout");
+    let stats = report.owner("ipr");
+    assert_eq!(stats.most_live, 2, "no surge Pod: {stats:?}");
+    assert!(stats.fewest_ready >= 1, "{stats:?}");
     op.assert_running();
 }

@@ -13,15 +13,14 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
-
-use crate::engine::pods::PodIdentity;
-use clap::Args;
 use serde::Serialize;
 
 use self::session::{InvariantWatch, Session, load_average, now};
 use super::measure::{Percentiles, percentiles};
+use crate::engine::pods::PodIdentity;
 use crate::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
 
 const PORT: u16 = 6379;
