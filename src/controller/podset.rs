@@ -280,7 +280,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 now,
             });
             let deferred = inner
-                .write_status(obj, obj.current_status(), &status)
+                .write_status(obj, obj.current_status(), &status, false)
                 .await?;
             return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
@@ -300,12 +300,18 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         tracing::debug!("expectations pending: no steering");
         Default::default()
     };
-    let outcome = if satisfied {
-        Some(act(inner, &owner, &spec.template, &plan).await)
-    } else {
-        None
+    // The Pods and the extras (Services) do not wait for each other: a new
+    // object's Pods and Services are created at once, and its reconcile
+    // holds a worker for the slower of the two, not for both in turn.
+    let acting = async {
+        if satisfied {
+            Some(act(inner, &owner, &spec.template, &plan).await)
+        } else {
+            None
+        }
     };
-    let (extras, extras_failure) = ctx.extras.apply(obj, inner, &owner, steer).await;
+    let (outcome, (extras, extras_failure)) =
+        futures::join!(acting, ctx.extras.apply(obj, inner, &owner, steer));
     let Some(outcome) = outcome else {
         // Creates or deletes are still in flight: the status would describe
         // a state the watch is about to replace, and the event that
@@ -335,7 +341,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         now,
     });
     let deferred = inner
-        .write_status(obj, obj.current_status(), &status)
+        .write_status(obj, obj.current_status(), &status, plan.complete)
         .await?;
     if let Some(f) = failure {
         return Err(Error::Step(f));

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -483,52 +484,93 @@ impl Extras<Redis> for ReplicationExtras {
     ) -> (Replication, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        for want in desired_services(redis, owner) {
-            let name = want.name_any();
-            let live = self.services.state().into_iter().find(|s| {
-                s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-                    && s.name_any() == name
-                    && s.owner_references()
-                        .iter()
-                        .any(|r| r.uid == owner.reference.uid)
-            });
-            if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
-                continue;
-            }
-            // Asked before the apply, which makes it exist either way.
-            let existed =
-                super::service::service_exists(&self.services, &api, &name, live.is_some()).await;
-            match api.patch(&name, &params, &Patch::Apply(&want)).await {
-                Ok(_) => {
-                    let (reason, note) = if existed {
-                        ("ServiceUpdated", format!("Updated Service {name}"))
-                    } else {
-                        ("ServiceCreated", format!("Created Service {name}"))
-                    };
-                    ctx.executor
-                        .event(owner, EventType::Normal, reason, "ApplyService", note)
-                        .await;
-                }
-                Err(e) => {
-                    let message = format!("Error applying Service {name}: {}", api_message(&e));
-                    ctx.executor
-                        .event(
-                            owner,
-                            EventType::Warning,
-                            "FailedService",
-                            "ApplyService",
-                            message.clone(),
+        // Both Services at once, each applied only when the cache shows it
+        // missing or changed; one Event for what was created, one for what
+        // was updated.
+        let results = join_all(
+            desired_services(redis, owner)
+                .into_iter()
+                .filter_map(|want| {
+                    let name = want.name_any();
+                    let live = self.services.state().into_iter().find(|s| {
+                        s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
+                            && s.name_any() == name
+                            && s.owner_references()
+                                .iter()
+                                .any(|r| r.uid == owner.reference.uid)
+                    });
+                    if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
+                        return None;
+                    }
+                    let (api, params) = (&api, &params);
+                    Some(async move {
+                        // Asked before the apply, which makes it exist either way.
+                        let existed = super::service::service_exists(
+                            &self.services,
+                            api,
+                            &name,
+                            live.is_some(),
                         )
                         .await;
-                    return (
-                        steer,
-                        Some(Failure {
-                            reason: "FailedService",
-                            message,
-                        }),
-                    );
+                        let applied = api.patch(&name, params, &Patch::Apply(&want)).await;
+                        (name, existed, applied)
+                    })
+                }),
+        )
+        .await;
+        let mut created = Vec::new();
+        let mut updated = Vec::new();
+        let mut failed = None;
+        for (name, existed, applied) in results {
+            match applied {
+                Ok(_) if existed => updated.push(name),
+                Ok(_) => created.push(name),
+                Err(e) => {
+                    failed.get_or_insert(format!(
+                        "Error applying Service {name}: {}",
+                        api_message(&e)
+                    ));
                 }
             }
+        }
+        for (names, reason, verb) in [
+            (created, "ServiceCreated", "Created"),
+            (updated, "ServiceUpdated", "Updated"),
+        ] {
+            if !names.is_empty() {
+                let what = if names.len() == 1 {
+                    "Service"
+                } else {
+                    "Services"
+                };
+                ctx.executor
+                    .event(
+                        owner,
+                        EventType::Normal,
+                        reason,
+                        "ApplyService",
+                        format!("{verb} {what} {}", names.join(" and ")),
+                    )
+                    .await;
+            }
+        }
+        if let Some(message) = failed {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "FailedService",
+                    "ApplyService",
+                    message.clone(),
+                )
+                .await;
+            return (
+                steer,
+                Some(Failure {
+                    reason: "FailedService",
+                    message,
+                }),
+            );
         }
         (steer, None)
     }
