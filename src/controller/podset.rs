@@ -280,7 +280,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 now,
             });
             let deferred = inner
-                .write_status(obj, obj.current_status(), &status, false)
+                .write_status(obj, obj.current_status(), &status)
                 .await?;
             return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
@@ -341,7 +341,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         now,
     });
     let deferred = inner
-        .write_status(obj, obj.current_status(), &status, plan.complete)
+        .write_status(obj, obj.current_status(), &status)
         .await?;
     if let Some(f) = failure {
         return Err(Error::Step(f));

@@ -96,7 +96,14 @@ async fn services_role_labels_members_and_a_scale_down_that_keeps_the_primary() 
             let labelled = pods
                 .iter()
                 .all(|p| p.labels().get(ROLE).map(String::as_str) == Some("replica"));
-            (pods.len() == 3 && pods.iter().all(is_ready) && labelled && s.members.len() == 3)
+            // The status follows the Pods turning Ready within the status
+            // interval (1 s): wait until it says they all are.
+            let caught_up = condition(&r, "Ready").is_some_and(|c| c.1 != "ReplicasNotReady");
+            (pods.len() == 3
+                && pods.iter().all(is_ready)
+                && labelled
+                && s.members.len() == 3
+                && caught_up)
                 .then_some(pods)
         },
     )
