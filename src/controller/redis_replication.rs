@@ -555,22 +555,8 @@ impl Extras<Redis> for ReplicationExtras {
             }
         }
         if let Some(message) = failed {
-            ctx.executor
-                .event(
-                    owner,
-                    EventType::Warning,
-                    "FailedService",
-                    "ApplyService",
-                    message.clone(),
-                )
-                .await;
-            return (
-                steer,
-                Some(Failure {
-                    reason: "FailedService",
-                    message,
-                }),
-            );
+            let failed = super::service::service_failed(ctx, owner, "ApplyService", message).await;
+            return (steer, Some(failed));
         }
         (steer, None)
     }

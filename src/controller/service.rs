@@ -144,6 +144,26 @@ fn failure(message: String) -> Failure {
     }
 }
 
+/// Records a refused Service step as a Warning Event and returns it as the
+/// step's failure (retried with backoff).
+pub async fn service_failed(
+    ctx: &Context,
+    owner: &Owner,
+    action: &str,
+    message: String,
+) -> Failure {
+    ctx.executor
+        .event(
+            owner,
+            EventType::Warning,
+            "FailedService",
+            action,
+            message.clone(),
+        )
+        .await;
+    failure(message)
+}
+
 /// The Service's status as the Application shows it: `None` when there is
 /// no Service.
 pub type Network = Option<ServiceStatus>;
@@ -188,16 +208,8 @@ impl Extras<Application> for ServiceExtras {
                     Err(e) => {
                         let message =
                             format!("Error applying Service {}: {}", owner.name, api_message(&e));
-                        ctx.executor
-                            .event(
-                                owner,
-                                EventType::Warning,
-                                "FailedService",
-                                "ApplyService",
-                                message.clone(),
-                            )
-                            .await;
-                        (self.kept(app), Some(failure(message)))
+                        let failed = service_failed(ctx, owner, "ApplyService", message).await;
+                        (self.kept(app), Some(failed))
                     }
                 }
             }
