@@ -18,11 +18,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use super::podset::Extras;
 use super::redis::{desired_services, spare_primary, spare_primary_in_place};
-use super::service::service_in_sync;
+use super::service::{owned_services, service_in_sync};
 use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::Redis;
 use crate::crd::redis::{MemberStatus, PrimaryStatus};
@@ -297,7 +296,7 @@ fn cause_text(cause: Cause) -> &'static str {
 async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: Option<&str>) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     for (pod, role) in label_changes(pods, primary) {
-        let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
+        let patch = crate::replication::objects::role_label_patch(role);
         if let Err(e) = api
             .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -487,18 +486,13 @@ impl Extras<Redis> for ReplicationExtras {
         // Both Services at once, each applied only when the cache shows it
         // missing or changed; one Event for what was created, one for what
         // was updated.
+        let owned = owned_services(&self.services, owner);
         let results = join_all(
             desired_services(redis, owner)
                 .into_iter()
                 .filter_map(|want| {
                     let name = want.name_any();
-                    let live = self.services.state().into_iter().find(|s| {
-                        s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-                            && s.name_any() == name
-                            && s.owner_references()
-                                .iter()
-                                .any(|r| r.uid == owner.reference.uid)
-                    });
+                    let live = owned.iter().find(|s| s.name_any() == name).cloned();
                     if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
                         return None;
                     }
@@ -573,17 +567,7 @@ impl Extras<Redis> for ReplicationExtras {
 
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let live: Vec<Arc<Service>> = self
-            .services
-            .state()
-            .into_iter()
-            .filter(|s| {
-                s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-                    && s.owner_references()
-                        .iter()
-                        .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
-            })
-            .collect();
+        let live = owned_services(&self.services, owner);
         if live.is_empty() {
             self.forget(&owner.reference.uid);
             return Ok(true);

@@ -113,13 +113,22 @@ pub async fn service_exists(
             && matches!(api.get_opt(name).await, Ok(Some(_))))
 }
 
+/// The Services in the cache that `owner` controls (one scan of the cache).
+pub fn owned_services(services: &Store<Service>, owner: &Owner) -> Vec<Arc<Service>> {
+    services
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
+                && s.owner_references()
+                    .iter()
+                    .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
+        })
+        .collect()
+}
+
 fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
-    services.state().into_iter().find(|s| {
-        s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-            && s.owner_references()
-                .iter()
-                .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
-    })
+    owned_services(services, owner).into_iter().next()
 }
 
 async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<(), kube::Error> {

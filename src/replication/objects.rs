@@ -1,86 +1,12 @@
 //! The Kubernetes objects replication adds around the Pods, built from plain
-//! values (pure): the two Services, the role label, the password's
-//! environment variable and the readiness probe. The caller passes the
-//! labels that select the set's Pods and sets owner references.
+//! values (pure): the role label's patch, the password's environment
+//! variable and the readiness probe. (The two Services are built with the
+//! rest of the Redis's objects, in `controller::redis::desired_services`.)
 
-use std::collections::BTreeMap;
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector};
 
-use k8s_openapi::api::core::v1::{
-    EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-use super::api::{AuthSpec, ROLE_LABEL, primary_service_name, replicas_service_name};
+use super::api::{AuthSpec, ROLE_LABEL};
 use super::config::PASSWORD_ENV;
-use super::info::Role;
-
-fn with_role(selector: &BTreeMap<String, String>, role: Role) -> BTreeMap<String, String> {
-    let mut labels = selector.clone();
-    labels.insert(ROLE_LABEL.to_string(), role.as_str().to_string());
-    labels
-}
-
-fn service(
-    name: String,
-    namespace: &str,
-    selector: BTreeMap<String, String>,
-    port: u16,
-) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.to_string()),
-            labels: Some(selector.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            selector: Some(selector),
-            ports: Some(vec![ServicePort {
-                name: Some("redis".into()),
-                port: i32::from(port),
-                target_port: Some(IntOrString::Int(i32::from(port))),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            // Not-ready Pods are left out (the default), so a replica in
-            // full sync gets no reads.
-            publish_not_ready_addresses: None,
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    }
-}
-
-/// `<name>`: selects the primary (read-write).
-pub fn primary_service(
-    redis: &str,
-    namespace: &str,
-    selector: &BTreeMap<String, String>,
-    port: u16,
-) -> Service {
-    service(
-        primary_service_name(redis),
-        namespace,
-        with_role(selector, Role::Primary),
-        port,
-    )
-}
-
-/// `<name>-replicas`: selects the ready replicas (read-only).
-pub fn replicas_service(
-    redis: &str,
-    namespace: &str,
-    selector: &BTreeMap<String, String>,
-    port: u16,
-) -> Service {
-    service(
-        replicas_service_name(redis),
-        namespace,
-        with_role(selector, Role::Replica),
-        port,
-    )
-}
 
 /// A merge patch that sets a Pod's role label.
 pub fn role_label_patch(role: &str) -> serde_json::Value {
@@ -144,25 +70,8 @@ pub fn password_env(auth: &AuthSpec) -> EnvVar {
 mod tests {
     use super::*;
 
-    fn selector() -> BTreeMap<String, String> {
-        [("app.kubernetes.io/instance", "cache")]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .into()
-    }
-
     #[test]
-    fn the_services_select_by_role() {
-        let p = primary_service("cache", "ns", &selector(), 6380);
-        let r = replicas_service("cache", "ns", &selector(), 6380);
-        assert_eq!(p.metadata.name.as_deref(), Some("cache"));
-        assert_eq!(r.metadata.name.as_deref(), Some("cache-replicas"));
-        let sel = |s: &Service| s.spec.as_ref().unwrap().selector.clone().unwrap();
-        assert_eq!(sel(&p)[ROLE_LABEL], "primary");
-        assert_eq!(sel(&r)[ROLE_LABEL], "replica");
-        assert_eq!(sel(&p)["app.kubernetes.io/instance"], "cache");
-        let port = &p.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
-        assert_eq!(port.port, 6380);
-        assert_eq!(port.target_port, Some(IntOrString::Int(6380)));
+    fn the_role_label_patch_sets_only_the_role() {
         assert_eq!(
             role_label_patch("primary"),
             serde_json::json!({"metadata": {"labels": {"podkeeper.dev/role": "primary"}}})
