@@ -634,3 +634,67 @@ async fn events_of_a_scale_up_a_heal_and_another_scale_up_each_name_their_pods()
     }
     op.assert_running();
 }
+
+/// A quota of no Services refuses a new Redis's two Services for a while:
+/// its Pods are created anyway (the Services do not hold them up), the
+/// refusal shows as `FailedService`, no Pod event ever sees more live Pods
+/// than asked for, and both Services come once the quota goes.
+#[tokio::test]
+async fn services_refused_by_a_quota_come_once_it_is_lifted_and_the_pods_do_not_wait() {
+    let env = TestEnv::new("quota-svc").await;
+    let mut op = env.start_operator();
+    let recorder = crate::bounds::Recorder::start(&env).await;
+    let quotas: Api<ResourceQuota> = env.api();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "services"}, "spec": {"hard": {"services": "0"}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for("the quota's usage", TIMEOUT, || async {
+        let q = quotas.get("services").await.ok()?;
+        q.status?.used?.contains_key("services").then_some(())
+    })
+    .await;
+
+    create_redis(&env, "nosvc", 2).await;
+    let r = wait_failure(&env, "nosvc", "FailedService").await;
+    let message = r
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("quota"), "{message}");
+    let uid = r.metadata.uid.clone().unwrap();
+    wait_for("2 Pods while the Services are refused", TIMEOUT, || async {
+        (live_pods(&env, &uid).await.len() == 2).then_some(())
+    })
+    .await;
+    let services: Api<Service> = env.api();
+    assert!(services.get_opt("nosvc").await.unwrap().is_none());
+
+    // Lifting the quota is the only change.
+    quotas
+        .delete("services", &DeleteParams::default())
+        .await
+        .unwrap();
+    for name in ["nosvc", "nosvc-replicas"] {
+        wait_for(&format!("Service {name}"), TIMEOUT, || async {
+            services.get_opt(name).await.ok()?.map(|_| ())
+        })
+        .await;
+    }
+    let api: Api<Redis> = env.api();
+    wait_for("the failure cleared", TIMEOUT, || async {
+        let r = api.get("nosvc").await.ok()?;
+        (replica_failure(&r).map(|c| c.0) == Some("False".into())).then_some(())
+    })
+    .await;
+    assert_eq!(live_pods(&env, &uid).await.len(), 2);
+    recorder.check().assert_held("Services refused by a quota");
+    op.assert_running();
+}
