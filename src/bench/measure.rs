@@ -146,7 +146,47 @@ pub fn count_requests(lines: &str, user_agent: &str) -> BTreeMap<String, u64> {
     counts
 }
 
-/// Whether a request key from [`count_requests`] is a write.
+/// The writes in audit-log `lines` by `user_agent`, other than to Leases,
+/// once per request: "verb resource namespace/name", with the request body
+/// where the audit policy logged it.
+pub fn object_writes(lines: &str, user_agent: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut writes = Vec::new();
+    for line in lines.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let verb = event["verb"].as_str().unwrap_or("?");
+        let object = &event["objectRef"];
+        let resource = object["resource"].as_str().unwrap_or("?");
+        if !event["userAgent"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(user_agent)
+            || !is_write(verb)
+            || resource == "leases"
+            || !seen.insert(event["auditID"].as_str().unwrap_or_default().to_string())
+        {
+            continue;
+        }
+        let sub = object["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        let mut write = format!(
+            "{verb} {resource}{sub} {}/{}",
+            object["namespace"].as_str().unwrap_or_default(),
+            object["name"].as_str().unwrap_or_default()
+        );
+        if !event["requestObject"].is_null() {
+            write.push_str(&format!(": {}", event["requestObject"]));
+        }
+        writes.push(write);
+    }
+    writes
+}
+
+/// Whether a request key from [`count_requests`] (or a verb) is a write.
 pub fn is_write(key: &str) -> bool {
     matches!(
         key.split(' ').next(),
@@ -227,6 +267,20 @@ not json
             ]
         );
         assert!(is_write("patch redis/status"));
+        assert_eq!(
+            object_writes(
+                r#"{"auditID":"b","verb":"patch","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"redises","subresource":"status","namespace":"ns","name":"r1"},"requestObject":{"status":{"readyReplicas":3}}}
+{"auditID":"b","verb":"patch","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"redises","subresource":"status","namespace":"ns","name":"r1"}}
+{"auditID":"c","verb":"update","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"leases","namespace":"ns","name":"podkeeper"}}
+{"auditID":"e","verb":"delete","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"pods","namespace":"ns","name":"p"}}
+{"auditID":"f","verb":"get","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"pods","namespace":"ns","name":"p"}}"#,
+                "podkeeper/"
+            ),
+            vec![
+                r#"patch redises/status ns/r1: {"status":{"readyReplicas":3}}"#.to_string(),
+                "delete pods ns/p".to_string()
+            ]
+        );
         assert!(!is_write("watch pods"));
         assert!(!is_write("list pods"));
     }

@@ -804,7 +804,8 @@ async fn idle_stage(
     let before = operator.sample(ticks)?;
     tokio::time::sleep(Duration::from_secs(idle)).await;
     let after = operator.sample(ticks)?;
-    let requests = b.audit_count(mark, PODKEEPER_AGENT);
+    let logged = measure::audit_since(&b.audit, mark);
+    let requests = measure::count_requests(&logged, PODKEEPER_AGENT);
     report.operator.idle_cpu_s = after.cpu_s - before.cpu_s;
     report.operator.idle_rss_mib = after.rss_mib;
     report.idle = Idle {
@@ -819,6 +820,7 @@ async fn idle_stage(
             .filter(|(k, _)| is_write(k) && k.ends_with(" leases"))
             .map(|(_, v)| v)
             .sum(),
+        writes: measure::object_writes(&logged, PODKEEPER_AGENT),
         requests,
     };
     Ok(())

@@ -62,6 +62,8 @@ pub struct Idle {
     /// Writes other than the leader-election Lease.
     pub object_writes: u64,
     pub lease_writes: u64,
+    /// Each of those object writes: verb, resource, object and body.
+    pub writes: Vec<String>,
 }
 
 /// The operator process's resources.
@@ -290,6 +292,9 @@ fn markdown(r: &Report) -> String {
             list(&r.idle.requests)
         }
     ));
+    for w in &r.idle.writes {
+        out.push_str(&format!("- {w}\n"));
+    }
     out.push_str(&format!(
         "\n### The operator process\n\nConvergence: {:.1} CPU s, peak RSS {:.1} MiB. Idle: {:.2} CPU s over the window, RSS {:.1} MiB.\n",
         r.operator.convergence_cpu_s,

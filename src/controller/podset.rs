@@ -242,6 +242,10 @@ pub fn error_policy<K: PodSet>(obj: Arc<K>, error: &Error, ctx: Arc<Ctx<K>>) -> 
 
 async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     let inner = &ctx.inner;
+    // The status is computed from the last one shown: ours when the cache
+    // has not caught up with our write yet.
+    let fresh = inner.freshest(obj);
+    let obj = fresh.as_ref().unwrap_or(obj);
     let owner = Owner::of(obj, K::KIND);
     let now = Timestamp::now();
     let satisfied = inner.executor.expectations.satisfied(&owner.key);
