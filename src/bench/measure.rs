@@ -114,34 +114,60 @@ pub fn audit_since(path: &Path, offset: u64) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Counts the requests in audit-log `lines` whose User-Agent contains
-/// `user_agent`, once per request (audit ID), keyed by "verb resource"
-/// (with "/subresource" when there is one).
-pub fn count_requests(lines: &str, user_agent: &str) -> BTreeMap<String, u64> {
+/// One request of the audit log.
+struct Request {
+    /// "verb resource" (with "/subresource" when there is one).
+    key: String,
+    resource: String,
+    object: String,
+    body: Option<serde_json::Value>,
+}
+
+/// The requests in audit-log `lines` whose User-Agent contains
+/// `user_agent`, once per request (audit ID).
+fn requests(lines: &str, user_agent: &str) -> Vec<Request> {
     let mut seen = HashSet::new();
-    let mut counts = BTreeMap::new();
+    let mut out = Vec::new();
     for line in lines.lines() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let agent = event["userAgent"].as_str().unwrap_or_default();
-        if !agent.contains(user_agent) {
-            continue;
-        }
         let id = event["auditID"].as_str().unwrap_or_default().to_string();
-        if !seen.insert(id) {
+        if !agent.contains(user_agent) || !seen.insert(id) {
             continue;
         }
         let verb = event["verb"].as_str().unwrap_or("?");
-        let object = &event["objectRef"];
-        let mut resource = object["resource"]
+        let o = &event["objectRef"];
+        let resource = o["resource"]
             .as_str()
             .unwrap_or_else(|| event["requestURI"].as_str().unwrap_or("?"))
             .to_string();
-        if let Some(sub) = object["subresource"].as_str() {
-            resource = format!("{resource}/{sub}");
-        }
-        *counts.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+        let sub = o["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        out.push(Request {
+            key: format!("{verb} {resource}{sub}"),
+            object: format!(
+                "{}/{}",
+                o["namespace"].as_str().unwrap_or_default(),
+                o["name"].as_str().unwrap_or_default()
+            ),
+            resource,
+            body: Some(event["requestObject"].clone()).filter(|b| !b.is_null()),
+        });
+    }
+    out
+}
+
+/// Counts the requests in audit-log `lines` whose User-Agent contains
+/// `user_agent`, once per request (audit ID), keyed by "verb resource"
+/// (with "/subresource" when there is one).
+pub fn count_requests(lines: &str, user_agent: &str) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for r in requests(lines, user_agent) {
+        *counts.entry(r.key).or_insert(0) += 1;
     }
     counts
 }
@@ -150,43 +176,17 @@ pub fn count_requests(lines: &str, user_agent: &str) -> BTreeMap<String, u64> {
 /// once per request: "verb resource namespace/name", with the request body
 /// where the audit policy logged it.
 pub fn object_writes(lines: &str, user_agent: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let mut writes = Vec::new();
-    for line in lines.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let verb = event["verb"].as_str().unwrap_or("?");
-        let object = &event["objectRef"];
-        let resource = object["resource"].as_str().unwrap_or("?");
-        if !event["userAgent"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(user_agent)
-            || !is_write(verb)
-            || resource == "leases"
-            || !seen.insert(event["auditID"].as_str().unwrap_or_default().to_string())
-        {
-            continue;
-        }
-        let sub = object["subresource"]
-            .as_str()
-            .map(|s| format!("/{s}"))
-            .unwrap_or_default();
-        let mut write = format!(
-            "{verb} {resource}{sub} {}/{}",
-            object["namespace"].as_str().unwrap_or_default(),
-            object["name"].as_str().unwrap_or_default()
-        );
-        if !event["requestObject"].is_null() {
-            write.push_str(&format!(": {}", event["requestObject"]));
-        }
-        writes.push(write);
-    }
-    writes
+    requests(lines, user_agent)
+        .into_iter()
+        .filter(|r| is_write(&r.key) && r.resource != "leases")
+        .map(|r| match r.body {
+            Some(body) => format!("{} {}: {body}", r.key, r.object),
+            None => format!("{} {}", r.key, r.object),
+        })
+        .collect()
 }
 
-/// Whether a request key from [`count_requests`] (or a verb) is a write.
+/// Whether a request key from [`count_requests`] is a write.
 pub fn is_write(key: &str) -> bool {
     matches!(
         key.split(' ').next(),

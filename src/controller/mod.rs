@@ -242,8 +242,8 @@ impl Context {
     }
 
     /// Writes `status` to the status subresource unless it is already
-    /// there: in the object at hand or, when that object predates our last
-    /// write, in what we last wrote. The write is a merge patch of what
+    /// there in `current`: the status of the object as [`Self::freshest`]
+    /// gives it (ours when the cache lags). The write is a merge patch of what
     /// changed, with `null` for fields that no longer apply
     /// ([`status_patch::diff`]). Returns `Some(wait)` when the write is
     /// deferred by [`STATUS_INTERVAL`]: the caller requeues after `wait`.
@@ -269,11 +269,7 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .get(&uid)
             .cloned();
-        let base = match newer_write(last.as_ref(), obj) {
-            Some(w) => w.status.clone(),
-            None => serde_json::to_value(current)?,
-        };
-        let Some(patch) = status_patch::diff(&base, &wanted) else {
+        let Some(patch) = status_patch::diff(&serde_json::to_value(current)?, &wanted) else {
             return Ok(None);
         };
         if let Some(w) = &last
