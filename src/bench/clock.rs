@@ -19,6 +19,8 @@ pub struct Entry<K> {
     /// When `placed` first held (for Pods: bound to a node).
     pub placed_at: Option<Instant>,
     pub ready_at: Option<Instant>,
+    /// When the watch first showed it terminating (deletionTimestamp set).
+    pub terminating_at: Option<Instant>,
 }
 
 /// An object the watch saw deleted.
@@ -31,6 +33,10 @@ pub struct Gone {
     /// The resourceVersion of the delete event (etcd's revision of the
     /// deletion), to order deletions.
     pub resource_version: Option<u64>,
+    /// When the watch showed it terminating, and gone (`None`: found gone
+    /// by a relist).
+    pub terminating_at: Option<Instant>,
+    pub at: Option<Instant>,
 }
 
 /// What the watch shows now, keyed by uid.
@@ -116,6 +122,7 @@ where
                             seen: now,
                             placed_at: None,
                             ready_at: None,
+                            terminating_at: None,
                         });
                         if placed(&object) && entry.placed_at.is_none() {
                             entry.placed_at = Some(now);
@@ -123,12 +130,19 @@ where
                         if is_ready && entry.ready_at.is_none() {
                             entry.ready_at = Some(now);
                         }
+                        if object.meta().deletion_timestamp.is_some()
+                            && entry.terminating_at.is_none()
+                        {
+                            entry.terminating_at = Some(now);
+                        }
                         entry.object = object;
                     }
                     Event::Delete(object) => {
                         let uid = object.uid().unwrap_or_default();
-                        st.live.remove(&uid);
+                        let terminating_at = st.live.remove(&uid).and_then(|e| e.terminating_at);
                         st.gone.push(Gone {
+                            terminating_at: terminating_at.or(Some(now)),
+                            at: Some(now),
                             uid,
                             namespace: object.namespace().unwrap_or_default(),
                             owner: controller_uid(&object),
@@ -156,6 +170,8 @@ where
                                         namespace: e.object.namespace().unwrap_or_default(),
                                         owner: controller_uid(&e.object),
                                         resource_version: None,
+                                        terminating_at: e.terminating_at,
+                                        at: None,
                                     });
                                 }
                             }

@@ -291,6 +291,8 @@ not json
             namespace: "ns".into(),
             owner: owner.map(Into::into),
             resource_version: rv,
+            terminating_at: None,
+            at: None,
         }
     }
 

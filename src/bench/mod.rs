@@ -209,6 +209,45 @@ struct Contender<K> {
 /// selectors name the role label, which no Pod on kwok gets (no
 /// redis-server answers there): as for podkeeper's, their endpoints stay
 /// empty, and the endpoints controllers do the same work for both.
+/// The Pod template podkeeper gives the Redis `r<i>` with `r` replicas
+/// (container, probes, volumes, security context, spreading), with the
+/// ReplicaSet's label in place of podkeeper's: both controllers then
+/// manage the same Pods, which cost the apiserver, the scheduler and kwok
+/// the same.
+fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
+    use crate::controller::podset::PodSet;
+    let mut redis: Redis = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+        "metadata": {"name": format!("r{i}"), "namespace": "bench"},
+        "spec": {"replicas": r}
+    }))
+    .expect("a valid Redis");
+    redis.metadata.uid = Some(format!("bench-{i}"));
+    let mut template = redis
+        .pod_set()
+        .expect("the default Redis is valid")
+        .template;
+    let labels = std::collections::BTreeMap::from([("bench".to_string(), format!("r{i}"))]);
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels = Some(labels.clone());
+    // Spread by the ReplicaSet's label, as podkeeper spreads by its own.
+    for c in template
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.topology_spread_constraints.iter_mut().flatten())
+    {
+        c.label_selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+        );
+    }
+    serde_json::to_value(template).expect("a template serializes")
+}
+
 fn replicaset_services(i: usize) -> Vec<serde_json::Value> {
     [("", "primary"), ("-replicas", "replica")]
         .into_iter()
@@ -260,8 +299,7 @@ fn replicaset_contender(
                 "spec": {
                     "replicas": r,
                     "selector": {"matchLabels": {"bench": format!("r{i}")}},
-                    "template": {"metadata": {"labels": {"bench": format!("r{i}")}},
-                                 "spec": {"containers": [{"name": "redis", "image": crate::crd::redis::DEFAULT_IMAGE}]}}
+                    "template": redis_pod_template(i, r),
                 }
             })
         },
@@ -488,6 +526,18 @@ impl Bench {
             .await?;
         owners_settled(owners, ns, n, |o| (c.settled)(o, 1)).await?;
         let scale_down_s = start.elapsed().as_secs_f64();
+        let (to_terminating, to_gone) = self.pods.with(|st| {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for g in st.gone.iter().filter(|g| g.namespace == ns) {
+                if let (Some(t), Some(at)) = (g.terminating_at, g.at)
+                    && t >= start
+                {
+                    a.push(t.saturating_duration_since(start).as_secs_f64());
+                    b.push(at.saturating_duration_since(t).as_secs_f64());
+                }
+            }
+            (measure::percentiles(&a), measure::percentiles(&b))
+        });
         let scale_down_requests = self.audit_count(mark, c.agent);
 
         let mark = measure::audit_mark(&self.audit);
@@ -546,6 +596,8 @@ impl Bench {
             order_violations,
             scale_down_requests,
             delete_requests,
+            scale_down_to_terminating: to_terminating,
+            terminating_to_gone: to_gone,
         })
     }
 
@@ -855,4 +907,38 @@ where
             },
         )
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replicaset_runs_the_pods_podkeeper_runs_under_its_own_label() {
+        let rs = (replicaset_contender("ns".into(), "rs", Role::ReplicaSet).make)(7, 3);
+        let template = &rs["spec"]["template"];
+        assert_eq!(template["metadata"]["labels"], json!({"bench": "r7"}));
+        assert_eq!(
+            rs["spec"]["selector"]["matchLabels"],
+            json!({"bench": "r7"})
+        );
+        let redis: Redis =
+            serde_json::from_value((redis_contender("ns".into()).make)(7, 3)).unwrap();
+        let ours = serde_json::to_value(
+            crate::controller::podset::PodSet::pod_set(&redis)
+                .unwrap()
+                .template
+                .spec,
+        )
+        .unwrap();
+        for field in ["containers", "volumes", "securityContext"] {
+            assert_eq!(template["spec"][field], ours[field], "{field}");
+        }
+        for c in template["spec"]["topologySpreadConstraints"]
+            .as_array()
+            .unwrap()
+        {
+            assert_eq!(c["labelSelector"], json!({"matchLabels": {"bench": "r7"}}));
+        }
+    }
 }

@@ -93,6 +93,11 @@ pub struct Teardown {
     /// deleting.
     pub scale_down_requests: BTreeMap<String, u64>,
     pub delete_requests: BTreeMap<String, u64>,
+    /// The scaled-down Pods, as the watch saw them (seconds): from the
+    /// first scale request to Terminating (the controller's delete), and
+    /// from Terminating to gone (kwok's removal).
+    pub scale_down_to_terminating: Percentiles,
+    pub terminating_to_gone: Percentiles,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -320,6 +325,23 @@ fn markdown(r: &Report) -> String {
             "\n{}'s requests while scaling down: {}\n",
             t.name,
             list(&t.scale_down_requests)
+        ));
+    }
+    out.push_str("\nEach scaled-down Pod as the watch saw it (p50 / p99 / max, ms):\n\n| contender | first scale request to Terminating (the controller's delete) | Terminating to gone (kwok) |\n|---|---|---|\n");
+    let ms = |p: &Percentiles| {
+        format!(
+            "{:.0} / {:.0} / {:.0}",
+            p.p50 * 1e3,
+            p.p99 * 1e3,
+            p.max * 1e3
+        )
+    };
+    for t in &r.teardown {
+        out.push_str(&format!(
+            "| {} | {} | {} |\n",
+            label(&t.name, t.round),
+            ms(&t.scale_down_to_terminating),
+            ms(&t.terminating_to_gone)
         ));
     }
     out.push_str("\n### Events per 1000 objects\n\nEvent writes (creates and patches) by the controller, from the audit log.\n\n| contender | converge | scale down | delete |\n|---|---|---|---|\n");
