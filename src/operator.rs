@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use futures::channel::mpsc::unbounded;
+use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
+use crate::controller::applier::ServiceApplier;
 use crate::controller::podset::{self, Ctx};
 use crate::controller::redis_replication::ReplicationExtras;
 use crate::controller::service::ServiceExtras;
@@ -200,6 +201,8 @@ pub async fn run(
     let expectations = Arc::new(Expectations::default());
     let (redis_tx, redis_rx) = unbounded();
     let (app_tx, app_rx) = unbounded();
+    // The Service appliers wake their owner's reconcile the same way.
+    let (redis_wake, app_wake) = (redis_tx.clone(), app_tx.clone());
     let (redis_relist_tx, redis_relist_rx) = unbounded();
     let (app_relist_tx, app_relist_rx) = unbounded();
     let (pods, pod_driver) = pod_watch::start(
@@ -240,10 +243,15 @@ pub async fn run(
     let (redis_services, redis_service_events) = service_watch(&client, namespace);
     let redis_ctx = Ctx::<Redis>::new(
         Context::new(client.clone(), executor.clone(), pods.clone()),
-        ReplicationExtras::new(redis_services),
+        ReplicationExtras::new(ServiceApplier::new(
+            client.clone(),
+            executor.clone(),
+            redis_services,
+            redis_wake,
+        )),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
-    let (app_ctx, services) = application_context(&client, namespace, executor, pods);
+    let (app_ctx, services) = application_context(&client, namespace, executor, pods, app_wake);
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
     {
         // Ready again once every controller's cache has its first list.
@@ -251,8 +259,8 @@ pub async fn run(
             readiness.clone(),
             redis_store.clone(),
             app_store.clone(),
-            app_ctx.extras.services.clone(),
-            redis_ctx.extras.services.clone(),
+            app_ctx.extras.applier.services().clone(),
+            redis_ctx.extras.applier.services().clone(),
         );
         tokio::spawn(async move {
             let _ = redis_store.wait_until_ready().await;
@@ -398,15 +406,17 @@ fn application_context(
     namespace: Option<&str>,
     executor: Executor,
     pods: pod_watch::PodCache,
+    wake: UnboundedSender<ObjectRef<Application>>,
 ) -> (Arc<Ctx<Application>>, ServiceTrigger) {
     let (services, stream) = service_watch(client, namespace);
     let executor = Executor {
         controller: controller::application::CONTROLLER,
         ..executor
     };
+    let applier = ServiceApplier::new(client.clone(), executor.clone(), services, wake);
     let ctx = Ctx::<Application>::new(
         Context::new(client.clone(), executor, pods),
-        ServiceExtras { services },
+        ServiceExtras { applier },
     );
     (ctx, stream)
 }

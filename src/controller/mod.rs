@@ -3,6 +3,7 @@
 //! controller.
 
 pub mod application;
+pub mod applier;
 pub mod conditions;
 pub mod pod_watch;
 pub mod podset;

@@ -12,16 +12,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 
+use super::applier::{ServiceApplier, changes};
 use super::podset::Extras;
 use super::redis::{desired_services, spare_primary, spare_primary_in_place};
-use super::service::{owned_services, service_in_sync};
+use super::service::owned_services;
 use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::Redis;
 use crate::crd::redis::{MemberStatus, PrimaryStatus};
@@ -51,17 +50,17 @@ pub struct Replication {
 
 /// Replication and the Services of every Redis.
 pub struct ReplicationExtras {
-    /// The Services podkeeper manages (label-selected watch cache).
-    pub services: Store<Service>,
+    /// The two Services, applied beside the reconcile.
+    pub applier: ServiceApplier<Redis>,
     /// Since when each member has been silent, per Redis uid.
     silence: Mutex<HashMap<String, Arc<Memory>>>,
     timeouts: Timeouts,
 }
 
 impl ReplicationExtras {
-    pub fn new(services: Store<Service>) -> Self {
+    pub fn new(applier: ServiceApplier<Redis>) -> Self {
         ReplicationExtras {
-            services,
+            applier,
             silence: Mutex::new(HashMap::new()),
             // In-cluster round trips are sub-millisecond: a member that has
             // not accepted a connection within a second is silent.
@@ -86,6 +85,7 @@ impl ReplicationExtras {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
+        self.applier.forget(uid);
     }
 }
 
@@ -477,82 +477,16 @@ impl Extras<Redis> for ReplicationExtras {
     async fn apply(
         &self,
         redis: &Redis,
-        ctx: &Context,
+        _: &Context,
         owner: &Owner,
         steer: Replication,
     ) -> (Replication, Option<Failure>) {
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        // Both Services at once, each applied only when the cache shows it
-        // missing or changed; one Event for what was created, one for what
-        // was updated.
-        let owned = owned_services(&self.services, owner);
-        let results = join_all(
-            desired_services(redis, owner)
-                .into_iter()
-                .filter_map(|want| {
-                    let name = want.name_any();
-                    let live = owned.iter().find(|s| s.name_any() == name).cloned();
-                    if live.as_ref().is_some_and(|l| service_in_sync(&want, l)) {
-                        return None;
-                    }
-                    let (api, params) = (&api, &params);
-                    Some(async move {
-                        // Asked before the apply, which makes it exist either way.
-                        let existed = super::service::service_exists(
-                            &self.services,
-                            api,
-                            &name,
-                            live.is_some(),
-                        )
-                        .await;
-                        let applied = api.patch(&name, params, &Patch::Apply(&want)).await;
-                        (name, existed, applied)
-                    })
-                }),
-        )
-        .await;
-        let mut created = Vec::new();
-        let mut updated = Vec::new();
-        let mut failed = None;
-        for (name, existed, applied) in results {
-            match applied {
-                Ok(_) if existed => updated.push(name),
-                Ok(_) => created.push(name),
-                Err(e) => {
-                    failed.get_or_insert(format!(
-                        "Error applying Service {name}: {}",
-                        api_message(&e)
-                    ));
-                }
-            }
-        }
-        for (names, reason, verb) in [
-            (created, "ServiceCreated", "Created"),
-            (updated, "ServiceUpdated", "Updated"),
-        ] {
-            if !names.is_empty() {
-                let what = if names.len() == 1 {
-                    "Service"
-                } else {
-                    "Services"
-                };
-                ctx.executor
-                    .event(
-                        owner,
-                        EventType::Normal,
-                        reason,
-                        "ApplyService",
-                        format!("{verb} {what} {}", names.join(" and ")),
-                    )
-                    .await;
-            }
-        }
-        if let Some(message) = failed {
-            let failed = super::service::service_failed(ctx, owner, "ApplyService", message).await;
-            return (steer, Some(failed));
-        }
-        (steer, None)
+        // Both Services, each only when the cache shows it missing or
+        // changed, applied beside the reconcile (see [`super::applier`]).
+        let owned = owned_services(self.applier.services(), owner);
+        let changes = changes(desired_services(redis, owner), &owned);
+        let failure = self.applier.step(owner, changes);
+        (steer, failure)
     }
 
     fn kept(&self, redis: &Redis) -> Replication {
@@ -567,7 +501,7 @@ impl Extras<Redis> for ReplicationExtras {
 
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let live = owned_services(&self.services, owner);
+        let live = owned_services(self.applier.services(), owner);
         if live.is_empty() {
             self.forget(&owner.reference.uid);
             return Ok(true);

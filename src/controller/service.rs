@@ -10,13 +10,14 @@ use futures::FutureExt;
 
 use k8s_openapi::api::core::v1::{Service, ServiceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
+use super::applier::{ServiceApplier, changes};
 use super::podset::Extras;
-use super::{Context, Error, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use super::{Context, Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::Application;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Failure, Owner, api_message};
@@ -27,9 +28,9 @@ const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// from `spec.service`.
 const APPLIED_HASH_ANNOTATION: &str = "podkeeper.dev/applied-hash";
 
-/// The Services podkeeper manages (label-selected watch cache).
+/// The Application's Service, applied beside the reconcile.
 pub struct ServiceExtras {
-    pub services: Store<Service>,
+    pub applier: ServiceApplier<Application>,
 }
 
 /// The Service to apply, if `spec.service` is set. Pure.
@@ -153,26 +154,6 @@ fn failure(message: String) -> Failure {
     }
 }
 
-/// Records a refused Service step as a Warning Event and returns it as the
-/// step's failure (retried with backoff).
-pub async fn service_failed(
-    ctx: &Context,
-    owner: &Owner,
-    action: &str,
-    message: String,
-) -> Failure {
-    ctx.executor
-        .event(
-            owner,
-            EventType::Warning,
-            "FailedService",
-            action,
-            message.clone(),
-        )
-        .await;
-    failure(message)
-}
-
 /// The Service's status as the Application shows it: `None` when there is
 /// no Service.
 pub type Network = Option<ServiceStatus>;
@@ -189,38 +170,23 @@ impl Extras<Application> for ServiceExtras {
         _: (),
     ) -> (Network, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let live = live_service(&self.services, owner);
-        match (desired_service(app, owner), live) {
-            (Some(want), Some(live)) if service_in_sync(&want, &live) => {
-                (live.status.clone(), None)
-            }
+        let live = live_service(self.applier.services(), owner);
+        let desired = desired_service(app, owner);
+        if desired.is_none() {
+            // No Service wanted: nothing of an earlier apply stands.
+            self.applier.forget(&owner.reference.uid);
+        }
+        match (desired, live) {
             (Some(want), live) => {
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                // Asked before the apply, which makes it exist either way.
-                let existed =
-                    service_exists(&self.services, &api, &owner.name, live.is_some()).await;
-                match api.patch(&owner.name, &params, &Patch::Apply(&want)).await {
-                    Ok(applied) => {
-                        let (reason, note) = if existed {
-                            (
-                                "ServiceUpdated",
-                                format!("Updated Service {} to match spec.service", owner.name),
-                            )
-                        } else {
-                            ("ServiceCreated", format!("Created Service {}", owner.name))
-                        };
-                        ctx.executor
-                            .event(owner, EventType::Normal, reason, "ApplyService", note)
-                            .await;
-                        (applied.status, None)
-                    }
-                    Err(e) => {
-                        let message =
-                            format!("Error applying Service {}: {}", owner.name, api_message(&e));
-                        let failed = service_failed(ctx, owner, "ApplyService", message).await;
-                        (self.kept(app), Some(failed))
-                    }
-                }
+                // Applied beside the reconcile (see [`super::applier`]); the
+                // status shows the Service as the cache has it.
+                let owned: Vec<Arc<Service>> = live.iter().cloned().collect();
+                let failure = self.applier.step(owner, changes(vec![want], &owned));
+                let network = match live {
+                    Some(live) => live.status.clone(),
+                    None => self.kept(app),
+                };
+                (network, failure)
             }
             (None, Some(live)) => match delete_service(&api, &live).await {
                 Ok(()) => {
@@ -260,7 +226,8 @@ impl Extras<Application> for ServiceExtras {
 
     /// The Service first, to stop traffic: `Ok(true)` once it is gone.
     async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let Some(svc) = live_service(&self.services, owner) else {
+        let Some(svc) = live_service(self.applier.services(), owner) else {
+            self.applier.forget(&owner.reference.uid);
             return Ok(true);
         };
         if svc.metadata.deletion_timestamp.is_none() {

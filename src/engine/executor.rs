@@ -41,6 +41,7 @@ pub struct Outcome {
 }
 
 /// The object whose Pods are managed.
+#[derive(Clone)]
 pub struct Owner {
     pub key: OwnerKey,
     pub namespace: String,

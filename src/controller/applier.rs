@@ -1,0 +1,465 @@
+//! A kind's Services, applied beside the reconcile rather than inside it.
+//!
+//! Creating a Service is the slowest write an owner needs: the apiserver
+//! allocates its ClusterIP and the endpoint controllers react to it. Under
+//! the benchmark's load one took about 200 ms at 9 in flight (a Pod create
+//! 30 ms), and the apiserver created them at about 40 a second however many
+//! were in flight. A reconcile that awaited its Services held one of the
+//! controller's workers that long, so a new Redis's Pods waited for other
+//! Redis's Services. Now a reconcile hands the Services that differ from
+//! the cache to a task of their own and goes on with its Pods.
+//!
+//! - At most one task per owner; what it applied is not applied again while
+//!   the Service cache has yet to show it.
+//! - The task's end asks for a reconcile of the owner (`wake`), which reads
+//!   the outcome: a refused apply is that reconcile's failure (a
+//!   `FailedService` condition and Event, retried with backoff) until an
+//!   apply succeeds or the cache shows the Service as wanted.
+//! - A refused apply is tried again after [`super::backoff_delay`] (0.5 s
+//!   doubling to 60 s, with jitter); the task wakes the owner then too.
+//!
+//! The decision is pure ([`Attempt::decide`]); [`ServiceApplier`] is the I/O
+//! around it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use rand::RngExt;
+
+use super::service::{service_exists, service_in_sync};
+use super::{FIELD_MANAGER, backoff_delay};
+use crate::engine::events::EventType;
+use crate::engine::executor::{Executor, Failure, Owner, api_message};
+use crate::engine::hash::template_hash;
+
+/// How long a Service this operator applied is taken as done while the
+/// cache does not show it yet; past that it is applied again.
+pub const AWAIT_CACHE: Duration = Duration::from_secs(10);
+
+/// A Service to apply: what is wanted, and whether the cache has one by
+/// that name (for the Event: created or updated).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub want: Service,
+    pub cached: bool,
+}
+
+impl Change {
+    fn name(&self) -> String {
+        self.want.name_any()
+    }
+}
+
+/// The Services of `wanted` that the cache (`owned`, the owner's Services
+/// in it) does not show as wanted. Pure.
+pub fn changes(wanted: Vec<Service>, owned: &[Arc<Service>]) -> Vec<Change> {
+    wanted
+        .into_iter()
+        .filter_map(|want| {
+            let live = owned.iter().find(|s| s.name_any() == want.name_any());
+            if live.is_some_and(|l| service_in_sync(&want, l)) {
+                return None;
+            }
+            Some(Change {
+                want,
+                cached: live.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// What the applier remembers of one owner's Services.
+#[derive(Debug, Default)]
+pub struct Attempt {
+    running: bool,
+    failure: Option<Failure>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// Applied, and not yet shown by the cache: name -> (hash of what was
+    /// applied, when).
+    applied: HashMap<String, (String, Instant)>,
+}
+
+/// What a reconcile does about its Services.
+#[derive(Debug, PartialEq)]
+pub enum Decision {
+    /// Start a task that applies these.
+    Start(Vec<String>),
+    /// Nothing to start now (in sync, a task running, or a retry not due);
+    /// the step's failure so far, if any.
+    Report(Option<Failure>),
+}
+
+impl Attempt {
+    /// Decides, for the Services that differ from the cache (`changes`),
+    /// at `now`. Pure.
+    pub fn decide(&mut self, changes: &[Change], now: Instant) -> Decision {
+        // What the cache shows as wanted needs no waiting any more.
+        self.applied
+            .retain(|name, _| changes.iter().any(|c| &c.name() == name));
+        if self.running {
+            return Decision::Report(self.failure.clone());
+        }
+        let due: Vec<String> = changes
+            .iter()
+            .filter(|c| {
+                !self.applied.get(&c.name()).is_some_and(|(hash, at)| {
+                    *hash == template_hash(&c.want)
+                        && now.saturating_duration_since(*at) < AWAIT_CACHE
+                })
+            })
+            .map(Change::name)
+            .collect();
+        if due.is_empty() {
+            if changes.is_empty() {
+                // In sync: whatever failed before is over.
+                self.failure = None;
+                self.failures = 0;
+                self.retry_at = None;
+            }
+            return Decision::Report(self.failure.clone());
+        }
+        if self.retry_at.is_some_and(|at| now < at) {
+            return Decision::Report(self.failure.clone());
+        }
+        self.running = true;
+        Decision::Start(due)
+    }
+
+    /// Records the end of a task at `now`: the Services applied (name and
+    /// hash), and the first refusal. Returns when to retry, if refused.
+    pub fn finish(
+        &mut self,
+        applied: Vec<(String, String)>,
+        failure: Option<Failure>,
+        now: Instant,
+        jitter: f64,
+    ) -> Option<Duration> {
+        self.running = false;
+        for (name, hash) in applied {
+            self.applied.insert(name, (hash, now));
+        }
+        match failure {
+            None => {
+                self.failure = None;
+                self.failures = 0;
+                self.retry_at = None;
+                None
+            }
+            Some(f) => {
+                self.failure = Some(f);
+                self.failures = self.failures.saturating_add(1);
+                let delay = backoff_delay(self.failures, jitter);
+                self.retry_at = Some(now + delay);
+                Some(delay)
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        !self.running && self.failure.is_none() && self.applied.is_empty()
+    }
+}
+
+/// Applies the Services of one kind's owners beside their reconciles.
+pub struct ServiceApplier<K: Resource> {
+    client: Client,
+    executor: Executor,
+    /// The Services podkeeper manages (label-selected watch cache).
+    services: Store<Service>,
+    /// Asks the kind's controller to reconcile an owner.
+    wake: UnboundedSender<ObjectRef<K>>,
+    attempts: Arc<Mutex<HashMap<String, Attempt>>>,
+}
+
+impl<K> ServiceApplier<K>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    pub fn new(
+        client: Client,
+        executor: Executor,
+        services: Store<Service>,
+        wake: UnboundedSender<ObjectRef<K>>,
+    ) -> Self {
+        ServiceApplier {
+            client,
+            executor,
+            services,
+            wake,
+            attempts: Arc::default(),
+        }
+    }
+
+    /// The Service cache.
+    pub fn services(&self) -> &Store<Service> {
+        &self.services
+    }
+
+    /// One reconcile's Service step: starts applying what differs from
+    /// the cache unless that is under way or awaited, and returns the
+    /// step's failure so far.
+    pub fn step(&self, owner: &Owner, changes: Vec<Change>) -> Option<Failure> {
+        let uid = owner.reference.uid.clone();
+        let due = {
+            let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+            let attempt = attempts.entry(uid.clone()).or_default();
+            let decision = attempt.decide(&changes, Instant::now());
+            if attempt.idle() {
+                attempts.remove(&uid);
+            }
+            match decision {
+                Decision::Report(failure) => return failure,
+                Decision::Start(due) => due,
+            }
+        };
+        let changes: Vec<Change> = changes
+            .into_iter()
+            .filter(|c| due.contains(&c.name()))
+            .collect();
+        let task = Task {
+            api: Api::namespaced(self.client.clone(), &owner.namespace),
+            executor: self.executor.clone(),
+            services: self.services.clone(),
+            wake: self.wake.clone(),
+            attempts: self.attempts.clone(),
+            event_owner: owner.clone(),
+            uid,
+        };
+        tokio::spawn(task.run(changes));
+        None
+    }
+
+    /// Forgets an owner that is gone.
+    pub fn forget(&self, uid: &str) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+/// One task's worth of Service applies for one owner.
+struct Task<K: Resource> {
+    api: Api<Service>,
+    executor: Executor,
+    services: Store<Service>,
+    wake: UnboundedSender<ObjectRef<K>>,
+    attempts: Arc<Mutex<HashMap<String, Attempt>>>,
+    event_owner: Owner,
+    uid: String,
+}
+
+impl<K> Task<K>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    async fn run(self, changes: Vec<Change>) {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let results = join_all(changes.iter().map(|c| {
+            let (api, params, services) = (&self.api, &params, &self.services);
+            async move {
+                let name = c.name();
+                // Asked before the apply, which makes it exist either way.
+                let existed = service_exists(services, api, &name, c.cached).await;
+                let applied = api.patch(&name, params, &Patch::Apply(&c.want)).await;
+                (name, template_hash(&c.want), existed, applied)
+            }
+        }))
+        .await;
+        let (mut created, mut updated, mut applied) = (Vec::new(), Vec::new(), Vec::new());
+        let mut failure = None;
+        for (name, hash, existed, result) in results {
+            match result {
+                Ok(_) => {
+                    if existed {
+                        updated.push(name.clone());
+                    } else {
+                        created.push(name.clone());
+                    }
+                    applied.push((name, hash));
+                }
+                Err(e) => {
+                    failure.get_or_insert_with(|| Failure {
+                        reason: "FailedService",
+                        message: format!("Error applying Service {name}: {}", api_message(&e)),
+                    });
+                }
+            }
+        }
+        let owner = &self.event_owner;
+        for (names, reason, verb) in [
+            (created, "ServiceCreated", "Created"),
+            (updated, "ServiceUpdated", "Updated"),
+        ] {
+            if !names.is_empty() {
+                let what = if names.len() == 1 {
+                    "Service"
+                } else {
+                    "Services"
+                };
+                self.executor
+                    .event(
+                        owner,
+                        EventType::Normal,
+                        reason,
+                        "ApplyService",
+                        format!("{verb} {what} {}", names.join(" and ")),
+                    )
+                    .await;
+            }
+        }
+        if let Some(f) = &failure {
+            self.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    f.reason,
+                    "ApplyService",
+                    f.message.clone(),
+                )
+                .await;
+        }
+        let retry = {
+            let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+            // An owner forgotten meanwhile (deleted) is not brought back.
+            let Some(attempt) = attempts.get_mut(&self.uid) else {
+                return;
+            };
+            let jitter = rand::rng().random_range(0.8..1.2);
+            attempt.finish(applied, failure, Instant::now(), jitter)
+        };
+        let owner_ref = ObjectRef::<K>::new(&owner.name).within(&owner.namespace);
+        let _ = self.wake.unbounded_send(owner_ref.clone());
+        if let Some(delay) = retry {
+            let wake = self.wake.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = wake.unbounded_send(owner_ref);
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn change(name: &str, port: i32) -> Change {
+        Change {
+            want: Service {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+                    ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                        port,
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                status: None,
+            },
+            cached: false,
+        }
+    }
+
+    fn refused() -> Failure {
+        Failure {
+            reason: "FailedService",
+            message: "quota".into(),
+        }
+    }
+
+    #[test]
+    fn one_task_at_a_time_and_what_it_applied_is_awaited_not_applied_again() {
+        let t0 = Instant::now();
+        let mut a = Attempt::default();
+        let wanted = [change("r", 6379), change("r-replicas", 6379)];
+        assert_eq!(
+            a.decide(&wanted, t0),
+            Decision::Start(vec!["r".into(), "r-replicas".into()])
+        );
+        assert_eq!(a.decide(&wanted, t0), Decision::Report(None), "running");
+        let hashes = wanted
+            .iter()
+            .map(|c| (c.name(), template_hash(&c.want)))
+            .collect();
+        assert_eq!(a.finish(hashes, None, t0, 1.0), None);
+        // The cache has not shown them yet: nothing is applied twice.
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(a.decide(&wanted, later), Decision::Report(None));
+        // A changed Service is applied, even while the old one is awaited.
+        let changed = [change("r", 7000), change("r-replicas", 6379)];
+        assert_eq!(a.decide(&changed, later), Decision::Start(vec!["r".into()]));
+        a.finish(Vec::new(), None, later, 1.0);
+        // Once the cache shows them, nothing is remembered.
+        assert_eq!(a.decide(&[], later), Decision::Report(None));
+        assert!(a.idle());
+        // Never shown within AWAIT_CACHE (deleted meanwhile): applied again.
+        let mut b = Attempt::default();
+        b.decide(&wanted[..1], t0);
+        b.finish(
+            vec![("r".into(), template_hash(&wanted[0].want))],
+            None,
+            t0,
+            1.0,
+        );
+        assert_eq!(
+            b.decide(&wanted[..1], t0 + AWAIT_CACHE),
+            Decision::Start(vec!["r".into()])
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_reported_and_retried_with_backoff_until_it_succeeds() {
+        let t0 = Instant::now();
+        let mut a = Attempt::default();
+        let wanted = [change("r", 6379)];
+        assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
+        assert_eq!(
+            a.finish(Vec::new(), Some(refused()), t0, 1.0),
+            Some(Duration::from_millis(500))
+        );
+        let soon = t0 + Duration::from_millis(100);
+        assert_eq!(a.decide(&wanted, soon), Decision::Report(Some(refused())));
+        let due = t0 + Duration::from_millis(500);
+        assert!(matches!(a.decide(&wanted, due), Decision::Start(_)));
+        // While the retry runs the refusal still stands.
+        assert_eq!(a.decide(&wanted, due), Decision::Report(Some(refused())));
+        assert_eq!(
+            a.finish(Vec::new(), Some(refused()), due, 1.0),
+            Some(Duration::from_secs(1)),
+            "the wait doubles"
+        );
+        let next = due + Duration::from_secs(1);
+        assert!(matches!(a.decide(&wanted, next), Decision::Start(_)));
+        a.finish(
+            vec![("r".into(), template_hash(&wanted[0].want))],
+            None,
+            next,
+            1.0,
+        );
+        assert_eq!(a.decide(&wanted, next), Decision::Report(None));
+        assert_eq!(a.failures, 0, "success resets the backoff");
+    }
+
+    #[test]
+    fn a_service_put_right_by_someone_else_ends_the_failure() {
+        let t0 = Instant::now();
+        let mut a = Attempt::default();
+        a.decide(&[change("r", 6379)], t0);
+        a.finish(Vec::new(), Some(refused()), t0, 1.0);
+        assert_eq!(a.decide(&[], t0), Decision::Report(None));
+        assert!(a.idle());
+    }
+}
