@@ -211,9 +211,10 @@ struct Contender<K> {
 /// empty, and the endpoints controllers do the same work for both.
 /// The Pod template podkeeper gives the Redis `r<i>` with `r` replicas
 /// (container, probes, volumes, security context, spreading), with the
-/// ReplicaSet's label in place of podkeeper's: both controllers then
-/// manage the same Pods, which cost the apiserver, the scheduler and kwok
-/// the same.
+/// ReplicaSet's label in place of podkeeper's but the same role label, so
+/// that its `r<i>-replicas` Service selects its Pods as the Redis's selects
+/// podkeeper's: both controllers then manage the same Pods, which cost the
+/// apiserver, the endpoint controllers, the scheduler and kwok the same.
 fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
     use crate::controller::podset::PodSet;
     let mut redis: Redis = serde_json::from_value(json!({
@@ -227,11 +228,16 @@ fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
         .pod_set()
         .expect("the default Redis is valid")
         .template;
-    let labels = std::collections::BTreeMap::from([("bench".to_string(), format!("r{i}"))]);
-    template
-        .metadata
-        .get_or_insert_with(Default::default)
-        .labels = Some(labels.clone());
+    let selector = std::collections::BTreeMap::from([("bench".to_string(), format!("r{i}"))]);
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    let role = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::replication::api::ROLE_LABEL))
+        .cloned();
+    let mut labels = selector.clone();
+    labels.extend(role.map(|r| (crate::replication::api::ROLE_LABEL.to_string(), r)));
+    meta.labels = Some(labels);
     // Spread by the ReplicaSet's label, as podkeeper spreads by its own.
     for c in template
         .spec
@@ -240,7 +246,7 @@ fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
     {
         c.label_selector = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                match_labels: Some(labels.clone()),
+                match_labels: Some(selector.clone()),
                 ..Default::default()
             },
         );
@@ -917,7 +923,11 @@ mod tests {
     fn the_replicaset_runs_the_pods_podkeeper_runs_under_its_own_label() {
         let rs = (replicaset_contender("ns".into(), "rs", Role::ReplicaSet).make)(7, 3);
         let template = &rs["spec"]["template"];
-        assert_eq!(template["metadata"]["labels"], json!({"bench": "r7"}));
+        assert_eq!(
+            template["metadata"]["labels"],
+            json!({"bench": "r7", crate::replication::api::ROLE_LABEL: "replica"}),
+            "its r7-replicas Service selects its Pods, as podkeeper's selects podkeeper's"
+        );
         assert_eq!(
             rs["spec"]["selector"]["matchLabels"],
             json!({"bench": "r7"})
