@@ -191,9 +191,12 @@ pub struct RunArgs {
     pub health_probe_bind_address: Option<String>,
     /// Reconciles running at once, per kind. Requests for objects waiting
     /// their turn are merged, so under load one reconcile (and one status
-    /// write) covers many Pod changes, as with the ReplicaSet controller's
-    /// five workers.
-    #[arg(long, env = "PODKEEPER_CONCURRENT_RECONCILES", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    /// write) covers many Pod changes. Ten, twice the ReplicaSet
+    /// controller's five workers: a Redis reconcile also waits on its
+    /// members over the network (up to the replication timeouts), and with
+    /// five the benchmark's Pods were created 1.27x slower than the
+    /// ReplicaSet controller's, with ten 1.04x (BENCHMARKS.md).
+    #[arg(long, env = "PODKEEPER_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_reconciles: u16,
     /// Print the metrics and probe URLs on standard output once they are
     /// served (`dev` does).

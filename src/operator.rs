@@ -248,10 +248,18 @@ pub async fn run(
             executor.clone(),
             redis_services,
             redis_wake,
+            args.concurrent_reconciles.into(),
         )),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
-    let (app_ctx, services) = application_context(&client, namespace, executor, pods, app_wake);
+    let (app_ctx, services) = application_context(
+        &client,
+        namespace,
+        executor,
+        pods,
+        app_wake,
+        args.concurrent_reconciles.into(),
+    );
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
     {
         // Ready again once every controller's cache has its first list.
@@ -407,13 +415,14 @@ fn application_context(
     executor: Executor,
     pods: pod_watch::PodCache,
     wake: UnboundedSender<ObjectRef<Application>>,
+    in_flight: usize,
 ) -> (Arc<Ctx<Application>>, ServiceTrigger) {
     let (services, stream) = service_watch(client, namespace);
     let executor = Executor {
         controller: controller::application::CONTROLLER,
         ..executor
     };
-    let applier = ServiceApplier::new(client.clone(), executor.clone(), services, wake);
+    let applier = ServiceApplier::new(client.clone(), executor.clone(), services, wake, in_flight);
     let ctx = Ctx::<Application>::new(
         Context::new(client.clone(), executor, pods),
         ServiceExtras { applier },

@@ -17,6 +17,9 @@
 //!   apply succeeds or the cache shows the Service as wanted.
 //! - A refused apply is tried again after [`super::backoff_delay`] (0.5 s
 //!   doubling to 60 s, with jitter); the task wakes the owner then too.
+//! - At most as many applies are in flight per kind as reconciles run at
+//!   once, as before: a create storm of owners does not put hundreds of
+//!   Service writes on the apiserver at the same time.
 //!
 //! The decision is pure ([`Attempt::decide`]); [`ServiceApplier`] is the I/O
 //! around it.
@@ -32,6 +35,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use rand::RngExt;
+use tokio::sync::Semaphore;
 
 use super::service::{service_exists, service_in_sync};
 use super::{FIELD_MANAGER, backoff_delay};
@@ -177,6 +181,7 @@ pub struct ServiceApplier<K: Resource> {
     /// Asks the kind's controller to reconcile an owner.
     wake: UnboundedSender<ObjectRef<K>>,
     attempts: Arc<Mutex<HashMap<String, Attempt>>>,
+    in_flight: Arc<Semaphore>,
 }
 
 impl<K> ServiceApplier<K>
@@ -188,6 +193,7 @@ where
         executor: Executor,
         services: Store<Service>,
         wake: UnboundedSender<ObjectRef<K>>,
+        in_flight: usize,
     ) -> Self {
         ServiceApplier {
             client,
@@ -195,6 +201,7 @@ where
             services,
             wake,
             attempts: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
         }
     }
 
@@ -230,6 +237,7 @@ where
             services: self.services.clone(),
             wake: self.wake.clone(),
             attempts: self.attempts.clone(),
+            in_flight: self.in_flight.clone(),
             event_owner: owner.clone(),
             uid,
         };
@@ -253,6 +261,7 @@ struct Task<K: Resource> {
     services: Store<Service>,
     wake: UnboundedSender<ObjectRef<K>>,
     attempts: Arc<Mutex<HashMap<String, Attempt>>>,
+    in_flight: Arc<Semaphore>,
     event_owner: Owner,
     uid: String,
 }
@@ -262,6 +271,8 @@ where
     K: Resource<DynamicType = ()> + 'static,
 {
     async fn run(self, changes: Vec<Change>) {
+        // The semaphore is never closed.
+        let permit = self.in_flight.clone().acquire_owned().await.ok();
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let results = join_all(changes.iter().map(|c| {
             let (api, params, services) = (&self.api, &params, &self.services);
@@ -274,6 +285,7 @@ where
             }
         }))
         .await;
+        drop(permit);
         let (mut created, mut updated, mut applied) = (Vec::new(), Vec::new(), Vec::new());
         let mut failure = None;
         for (name, hash, existed, result) in results {
