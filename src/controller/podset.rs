@@ -304,9 +304,9 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         tracing::debug!("expectations pending: no steering");
         Default::default()
     };
-    // The Pods and the extras (Services) do not wait for each other: a new
-    // object's Pods and Services are created at once, and its reconcile
-    // holds a worker for the slower of the two, not for both in turn.
+    // The Pods and the extras do not wait for each other. The extras'
+    // Services go to a task beside the reconcile (see `super::applier`), so
+    // a new object's reconcile holds its worker only for its Pods.
     let acting = async {
         if satisfied {
             Some(act(inner, &owner, &spec.template, &plan).await)
