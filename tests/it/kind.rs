@@ -538,9 +538,16 @@ async fn replication_one_primary_linked_replicas_and_services_that_follow_roles(
     assert!(ok && out.trim() == "OK", "{out}");
     let (_, out) = cli(&env, &host, &["wait", "2", "5000"]);
     assert_eq!(out.trim(), "2", "both replicas acknowledged");
+    // The replicas Service has endpoints once the replicas' readiness
+    // probes have passed (linked, as the status already says) and
+    // kube-proxy has programmed them; until then it refuses connections.
     let replicas_host = format!("kv-replicas.{}.svc.cluster.local", env.namespace);
-    let (ok, out) = cli(&env, &replicas_host, &["get", "greeting"]);
-    assert!(ok && out.trim() == "hello", "{out}");
+    let out = wait_for("the replicas Service to serve reads", TIMEOUT, || async {
+        let (ok, out) = cli(&env, &replicas_host, &["get", "greeting"]);
+        ok.then_some(out)
+    })
+    .await;
+    assert_eq!(out.trim(), "hello", "{out}");
     let (_, out) = cli(&env, &replicas_host, &["set", "x", "1"]);
     assert!(out.contains("READONLY"), "replicas refuse writes: {out}");
     // Spread: two workers, three Pods, no node with all of them.
