@@ -361,22 +361,32 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
         },
     };
     // Ready: a primary accepts writes and every replica is linked and
-    // caught up (with no Pods asked for, there is nothing to replicate).
+    // caught up (with no Pods asked for, there is nothing to replicate),
+    // and the Services that clients use are there as wanted.
     let serving = replicas == 0 || replicated.status == "True";
+    let services = repl.services_pending.is_empty();
     let ready = Cond {
         type_: "Ready",
-        status: truth(all_ready && serving),
+        status: truth(all_ready && serving && services),
         reason: if !all_ready {
             "ReplicasNotReady"
-        } else if serving {
-            "Replicated"
-        } else {
+        } else if !serving {
             "NotReplicated"
+        } else if !services {
+            "ServicesPending"
+        } else {
+            "Replicated"
         },
         message: if all_ready && !serving {
             format!(
                 "{} of {replicas} Pods ready; {}",
                 c.ready, replicated.message
+            )
+        } else if all_ready && !services {
+            format!(
+                "{} of {replicas} Pods ready and replicated; Service {} not applied yet",
+                c.ready,
+                repl.services_pending.join(" and ")
             )
         } else {
             format!(
@@ -834,6 +844,18 @@ mod tests {
             condition: Some((true, "Replicated", "a is primary".into())),
             ..Default::default()
         };
+        let pending = Replication {
+            services_pending: vec!["r-replicas".into()],
+            ..done.clone()
+        };
+        let s = desired_status(&r, &report(&p, None, &pending, now));
+        let ready = conditions::find(&s.conditions, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ServicesPending"),
+            "not Ready for clients before their Services are there"
+        );
+        assert!(ready.message.contains("r-replicas"), "{}", ready.message);
         let s = desired_status(&r, &report(&p, None, &done, now));
         let ready = conditions::find(&s.conditions, "Ready").unwrap();
         assert_eq!(ready.status, "True");

@@ -46,6 +46,9 @@ pub struct Replication {
     pub condition: Option<(bool, &'static str, String)>,
     /// When to look again.
     pub requeue_after_seconds: Option<i64>,
+    /// The Services the cache does not show as wanted yet (applied beside
+    /// the reconcile): a Redis is not Ready for clients until they are.
+    pub services_pending: Vec<String>,
 }
 
 /// Replication and the Services of every Redis.
@@ -378,6 +381,7 @@ impl Extras<Redis> for ReplicationExtras {
                         .unwrap_or_default(),
                     condition: Some((false, "AuthSecretUnreadable", message)),
                     requeue_after_seconds: Some(5),
+                    services_pending: Vec::new(),
                 };
             }
         };
@@ -471,6 +475,7 @@ impl Extras<Redis> for ReplicationExtras {
             members,
             condition: Some(condition),
             requeue_after_seconds: Some(requeue.as_secs_f64().ceil().max(1.0) as i64),
+            services_pending: Vec::new(),
         }
     }
 
@@ -479,12 +484,13 @@ impl Extras<Redis> for ReplicationExtras {
         redis: &Redis,
         _: &Context,
         owner: &Owner,
-        steer: Replication,
+        mut steer: Replication,
     ) -> (Replication, Option<Failure>) {
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`super::applier`]).
         let owned = owned_services(self.applier.services(), owner);
         let changes = changes(desired_services(redis, owner), &owned);
+        steer.services_pending = changes.iter().map(|c| c.want.name_any()).collect();
         let failure = self.applier.step(owner, changes);
         (steer, failure)
     }
@@ -496,6 +502,7 @@ impl Extras<Redis> for ReplicationExtras {
             members: status.map(|s| s.members.clone()).unwrap_or_default(),
             condition: None,
             requeue_after_seconds: None,
+            services_pending: Vec::new(),
         }
     }
 
