@@ -244,7 +244,6 @@ pub async fn run(
     let redis_ctx = Ctx::<Redis>::new(
         Context::new(client.clone(), executor.clone(), pods.clone()),
         ReplicationExtras::new(ServiceApplier::new(
-            client.clone(),
             executor.clone(),
             redis_services,
             redis_wake,
@@ -422,7 +421,7 @@ fn application_context(
         controller: controller::application::CONTROLLER,
         ..executor
     };
-    let applier = ServiceApplier::new(client.clone(), executor.clone(), services, wake, in_flight);
+    let applier = ServiceApplier::new(executor.clone(), services, wake, in_flight);
     let ctx = Ctx::<Application>::new(
         Context::new(client.clone(), executor, pods),
         ServiceExtras { applier },

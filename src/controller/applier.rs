@@ -33,7 +33,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use rand::RngExt;
 use tokio::sync::Semaphore;
 
@@ -174,7 +174,7 @@ impl Attempt {
 
 /// Applies the Services of one kind's owners beside their reconciles.
 pub struct ServiceApplier<K: Resource> {
-    client: Client,
+    /// Its client makes the applies, its recorder the Events.
     executor: Executor,
     /// The Services podkeeper manages (label-selected watch cache).
     services: Store<Service>,
@@ -189,14 +189,12 @@ where
     K: Resource<DynamicType = ()> + 'static,
 {
     pub fn new(
-        client: Client,
         executor: Executor,
         services: Store<Service>,
         wake: UnboundedSender<ObjectRef<K>>,
         in_flight: usize,
     ) -> Self {
         ServiceApplier {
-            client,
             executor,
             services,
             wake,
@@ -232,7 +230,7 @@ where
             .filter(|c| due.contains(&c.name()))
             .collect();
         let task = Task {
-            api: Api::namespaced(self.client.clone(), &owner.namespace),
+            api: Api::namespaced(self.executor.client.clone(), &owner.namespace),
             executor: self.executor.clone(),
             services: self.services.clone(),
             wake: self.wake.clone(),
