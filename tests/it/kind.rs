@@ -946,3 +946,68 @@ async fn a_generated_password_guards_every_member_and_replication_uses_it() {
     let (ok, out) = authed(&replica, &["get", "k"]);
     assert!(ok && out.trim() == "v", "{out}");
 }
+
+/// A quota of no Services: the Pods come up and replicate, but a client
+/// cannot reach the Redis yet, so it is not Ready (`ServicesPending`, naming
+/// both Services). Lifting the quota is the only change: both Services come
+/// and the Redis turns Ready, so `kubectl wait --for=condition=Ready` means a
+/// client can connect.
+#[tokio::test]
+async fn a_redis_is_not_ready_until_its_services_exist() {
+    use k8s_openapi::api::core::v1::{ResourceQuota, Service};
+    use kube::api::DeleteParams;
+    let env = TestEnv::new("kind-svc-pending").await;
+    let quotas: Api<ResourceQuota> = env.api();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "services"}, "spec": {"hard": {"services": "0"}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for("the quota's usage", TIMEOUT, || async {
+        let q = quotas.get("services").await.ok()?;
+        q.status?.used?.contains_key("services").then_some(())
+    })
+    .await;
+
+    create_redis(&env, "kv", 2, 6379).await;
+    let redis: Api<Redis> = env.api();
+    let (status, _, message) = wait_for("Ready False: ServicesPending", TIMEOUT, || async {
+        let r = redis.get("kv").await.ok()?;
+        let replicated = r
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Replicated" && c.status == "True");
+        let ready = ready_condition(&r);
+        (replicated && ready.1 == "ServicesPending").then_some(ready)
+    })
+    .await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("kv") && message.contains("kv-replicas"),
+        "{message}"
+    );
+    let services: Api<Service> = env.api();
+    assert!(services.get_opt("kv").await.unwrap().is_none());
+
+    quotas
+        .delete("services", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (ok, out, err) = env.kubectl(&[
+        "wait",
+        "redis/kv",
+        "--for=condition=Ready",
+        "--timeout=180s",
+    ]);
+    assert!(ok, "kubectl wait: {out}{err}");
+    for name in ["kv", "kv-replicas"] {
+        assert!(
+            services.get_opt(name).await.unwrap().is_some(),
+            "Service {name} exists once the Redis is Ready"
+        );
+    }
+    let r = redis.get("kv").await.unwrap();
+    assert_eq!(ready_condition(&r).1, "Replicated");
+}

@@ -320,7 +320,25 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
             .cloned()
             .collect();
         let s = writer::summarize(&during, 1);
-        let pause = writer::longest_pause(&writes, started, ended).map_or(0.0, |p| p.0);
+        let longest = writer::longest_pause(&writes, started, ended);
+        let pause = longest.map_or(0.0, |p| p.0);
+        // What the client met in that pause, to tell a Service pointing at
+        // a replica (READONLY) from no server answering (noreply).
+        let met = longest.map_or_else(String::new, |(len, at)| {
+            let why: Vec<String> = writer::refusals(&writes, at, at + len)
+                .iter()
+                .map(|(w, n)| format!("{n} {w}"))
+                .collect();
+            format!(
+                " (from {:.1} s into the rollout; refused: {})",
+                at - started,
+                if why.is_empty() {
+                    "none".into()
+                } else {
+                    why.join(", ")
+                }
+            )
+        });
         let new_primary = r.primary_pod().unwrap_or_default().to_string();
         if new_primary != old_primary {
             out.switchovers += 1;
@@ -341,7 +359,7 @@ pub async fn rollouts(session: &Session, n: i32, runs: usize) -> Result<Rollouts
         out.success.push(s.success_ratio);
         out.rollout_s.push(ended - started);
         progress(&format!(
-            "rollout {}/{runs} to {image}: {:.1} s, primary {old_primary} -> {new_primary}, longest write pause {pause:.2} s, {}/{} writes accepted, {kept}/{} Pods kept (UID), {kept_ip} IPs kept",
+            "rollout {}/{runs} to {image}: {:.1} s, primary {old_primary} -> {new_primary}, longest write pause {pause:.2} s{met}, {}/{} writes accepted, {kept}/{} Pods kept (UID), {kept_ip} IPs kept",
             run + 1,
             ended - started,
             s.accepted,

@@ -14,7 +14,10 @@
 //! could put the `WAIT` on another server than the `SET`. One log line per
 //! attempt:
 //!
-//! `<start> <end> <key> <accepted 0|1> <replicas that acknowledged|-> <run_id|-> <master_replid|->`
+//! `<start> <end> <key> <accepted 0|1> <replicas that acknowledged|-> <run_id|-> <master_replid|-> <why refused|->`
+//!
+//! where *why refused* is `noreply` (no connection, or no answer within the
+//! 3 s) or the error's first word (`READONLY`, `LOADING`, ...).
 //!
 //! with `start`/`end` in seconds since the epoch (bash's `$EPOCHREALTIME`,
 //! microseconds; the Pods share the host's clock). A write is acknowledged
@@ -44,8 +47,9 @@ while [ ! -e {STOP} ]; do
   case $acks in ''|*[!0-9]*) acks=-;; esac
   rid=-; case $out in *run_id:*) rid=${{out#*run_id:}}; rid=${{rid%%$'\n'*}};; esac
   term=-; case $out in *master_replid:*) term=${{out#*master_replid:}}; term=${{term%%$'\n'*}};; esac
-  ok=0; [ "$s" = +OK ] && ok=1
-  echo "$t0 $t1 $i $ok $acks $rid $term" >> {LOG}
+  ok=0; why=-; [ "$s" = +OK ] && ok=1
+  if [ $ok = 0 ]; then why=${{s%% *}}; why=${{why#-}}; [ -n "$why" ] || why=noreply; fi
+  echo "$t0 $t1 $i $ok $acks $rid $term $why" >> {LOG}
   [ $ok = 1 ] || sleep 0.02
 done
 echo done >> {LOG}"#
@@ -73,6 +77,8 @@ pub struct Attempt {
     pub run_id: Option<String>,
     /// The server's `master_replid` after the write: its term as primary.
     pub term: Option<String>,
+    /// Why it was refused: `noreply` or the error's first word.
+    pub refused: Option<String>,
 }
 
 /// Parses the writer's log; the unfinished last line (the script may be
@@ -83,7 +89,7 @@ pub fn parse(log: &str) -> Vec<Attempt> {
 
 fn parse_line(line: &str) -> Option<Attempt> {
     let f: Vec<&str> = line.split_whitespace().collect();
-    let [start, end, key, ok, acks, rid, term] = f.as_slice() else {
+    let [start, end, key, ok, acks, rid, term, why] = f.as_slice() else {
         return None;
     };
     Some(Attempt {
@@ -98,7 +104,25 @@ fn parse_line(line: &str) -> Option<Attempt> {
         acks: acks.parse().ok(),
         run_id: (*rid != "-").then(|| rid.to_string()),
         term: (*term != "-").then(|| term.to_string()),
+        refused: (*why != "-").then(|| why.to_string()),
     })
+}
+
+/// How the attempts that ended in `[from, to]` were refused: each reason
+/// with its count, most frequent first.
+pub fn refusals(attempts: &[Attempt], from: f64, to: f64) -> Vec<(String, usize)> {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for a in attempts.iter().filter(|a| a.end >= from && a.end <= to) {
+        if let Some(why) = a.refused.as_deref() {
+            *counts.entry(why).or_default() += 1;
+        }
+    }
+    let mut out: Vec<(String, usize)> = counts
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
 }
 
 /// Whether the writer had finished (its log ends with `done`).
@@ -276,12 +300,13 @@ mod tests {
             acks,
             run_id: (run != "-").then(|| run.to_string()),
             term: (run != "-").then(|| format!("{run}-{term}")),
+            refused: (!ok).then(|| "noreply".to_string()),
         }
     }
 
     #[test]
     fn the_log_parses_and_an_unfinished_line_is_skipped() {
-        let log = "1.5 1.6 1 1 1 abc abc-1\n1.7 1.8 2 0 - - -\n1.9 2.0 3 1 0 def def-1\n2.1 2.";
+        let log = "1.5 1.6 1 1 1 abc abc-1 -\n1.7 1.8 2 0 - - - noreply\n1.9 2.0 3 1 0 def def-1 -\n2.1 2.";
         let got = parse(log);
         assert_eq!(
             got,
@@ -299,7 +324,7 @@ mod tests {
             .collect::<Vec<_>>()
         );
         assert!(!finished(log));
-        assert!(finished("1 2 1 1 1 a a-1\ndone\n"));
+        assert!(finished("1 2 1 1 1 a a-1 -\ndone\n"));
         assert_eq!(acknowledged(&got, 1), vec![1]);
         assert_eq!(acknowledged(&got, 0), vec![1, 3]);
     }
@@ -307,9 +332,16 @@ mod tests {
     #[test]
     fn a_write_accepted_without_a_wait_answer_is_not_acknowledged() {
         // The connection closed after +OK (the server was killed).
-        let got = parse("1.0 1.1 1 1 - - -\n1.2 1.3 2 0 - - -\n");
-        assert_eq!(got.len(), 2);
+        let got =
+            parse("1.0 1.1 1 1 - - - -\n1.2 1.3 2 0 - - - READONLY\n1.4 1.5 3 0 - - - noreply\n");
+        assert_eq!(got.len(), 3);
         assert!(got[0].accepted && got[0].acks.is_none() && got[0].run_id.is_none());
+        assert_eq!(got[1].refused.as_deref(), Some("READONLY"));
+        assert_eq!(
+            refusals(&got, 0.0, 2.0),
+            vec![("READONLY".to_string(), 1), ("noreply".to_string(), 1)]
+        );
+        assert!(refusals(&got, 1.35, 2.0) == vec![("noreply".to_string(), 1)]);
         assert_eq!(acknowledged(&got, 1), Vec::<u64>::new());
         assert!(overlapping_primaries(&got).is_empty());
     }
