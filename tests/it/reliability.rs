@@ -527,6 +527,10 @@ async fn chaos(test: &str, kill_operator: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it runs its own leader and standby operators (the standby's memory is measured); on kind the deployed operator reconciles the same namespace beside them. chaos_with_the_operator_killed_again_and_again_keeps_the_invariant runs on kind against the deployed operator"
+)]
 async fn chaos_across_20_redis_and_10_applications_keeps_the_invariant() {
     chaos("chaos", false).await;
 }
