@@ -33,6 +33,12 @@ pub const BUT_RESOURCES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-imag
 pub const UPDATED_IN_PLACE_ANNOTATION: &str = "podkeeper.dev/updated-in-place";
 /// When the Pod was last updated in place (RFC 3339).
 pub const UPDATED_AT_ANNOTATION: &str = "podkeeper.dev/updated-in-place-at";
+/// The containers an in-place image change restarts, with the ID each ran as
+/// when the update was sent (a JSON object, name to containerID): such a
+/// container is updated once it runs as another ID. Image names cannot tell
+/// this alone: a runtime may report the running container by another tag of
+/// the same image, and a start time has only seconds.
+pub const RESTARTED_FROM_ANNOTATION: &str = "podkeeper.dev/updated-in-place-from";
 /// The revision for which the API server refused to resize the Pod: it is
 /// replaced instead.
 pub const RESIZE_REFUSED_ANNOTATION: &str = "podkeeper.dev/resize-refused";
@@ -192,11 +198,25 @@ pub fn settled(pod: &Pod) -> bool {
             .map(|t| t.0);
         matches!((started, updated_at), (Some(st), Some(at)) if st.as_second() >= at.as_second())
     };
+    let restarted_from: std::collections::BTreeMap<String, String> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RESTARTED_FROM_ANNOTATION))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
     let containers_done = spec.containers.iter().all(|c| {
         statuses.iter().any(|s| {
-            s.name == c.name
-                && s.ready
-                && (c.image.as_deref().is_some_and(|i| same_image(i, &s.image)) || started_since(s))
+            let updated = match restarted_from.get(&c.name) {
+                Some(old) => s
+                    .container_id
+                    .as_deref()
+                    .is_some_and(|id| !id.is_empty() && id != old),
+                None => {
+                    c.image.as_deref().is_some_and(|i| same_image(i, &s.image)) || started_since(s)
+                }
+            };
+            s.name == c.name && s.ready && updated
         })
     });
     let resizing = status.conditions.iter().flatten().any(|c| {
@@ -262,9 +282,23 @@ pub fn update_patch(
     revision: &str,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Value {
-    let containers: Vec<Value> = image_changes(live, template)
-        .into_iter()
+    let changes = image_changes(live, template);
+    let containers: Vec<Value> = changes
+        .iter()
         .map(|c| json!({"name": c.container, "image": c.to}))
+        .collect();
+    let statuses = live
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let restarted_from: Map<String, Value> = changes
+        .iter()
+        .filter_map(|c| {
+            let s = statuses.iter().find(|s| s.name == c.container)?;
+            let id = s.container_id.as_deref().filter(|id| !id.is_empty())?;
+            Some((c.container.clone(), json!(id)))
+        })
         .collect();
     let keys = InPlaceKeys::read(
         template
@@ -285,6 +319,13 @@ pub fn update_patch(
             },
         },
     });
+    // Always set (null removes it): a record from an earlier update would
+    // otherwise judge this one.
+    patch["metadata"]["annotations"][RESTARTED_FROM_ANNOTATION] = if restarted_from.is_empty() {
+        Value::Null
+    } else {
+        json!(Value::Object(restarted_from).to_string())
+    };
     if !containers.is_empty() {
         patch["spec"] = json!({"containers": containers});
     }
@@ -462,6 +503,43 @@ mod tests {
             .unwrap()[0]
             .state = Some(running("2026-12-03T10:00:05Z"));
         assert!(settled(&p));
+        // The container that ran when the update was sent is recorded: the
+        // update is done once another one runs, whatever image name the
+        // runtime reports and however soon it started.
+        let mut p = pod("redis:8", "redis:8", true);
+        p.metadata.annotations = Some(
+            [
+                (
+                    UPDATED_AT_ANNOTATION.to_string(),
+                    "2026-12-03T10:00:00Z".to_string(),
+                ),
+                (
+                    RESTARTED_FROM_ANNOTATION.to_string(),
+                    r#"{"c":"containerd://old"}"#.to_string(),
+                ),
+            ]
+            .into(),
+        );
+        fn status(p: &mut Pod) -> &mut ContainerStatus {
+            &mut p
+                .status
+                .as_mut()
+                .unwrap()
+                .container_statuses
+                .as_mut()
+                .unwrap()[0]
+        }
+        status(&mut p).container_id = Some("containerd://old".into());
+        status(&mut p).state = Some(running("2026-12-03T10:00:00Z"));
+        assert!(!settled(&p), "the old container still runs");
+        status(&mut p).container_id = Some("containerd://new".into());
+        status(&mut p).image = "redis:7".into();
+        assert!(
+            settled(&p),
+            "another container runs, reported by the old tag"
+        );
+        status(&mut p).ready = false;
+        assert!(!settled(&p));
         let mut p = pod("redis:8", "redis:8", true);
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
             type_: "PodResizePending".into(),
@@ -490,6 +568,30 @@ mod tests {
             "rev2"
         );
         assert_eq!(resize_patch(&live, &t), None);
+        assert_eq!(
+            patch["metadata"]["annotations"][RESTARTED_FROM_ANNOTATION],
+            Value::Null,
+            "no container ID known: nothing recorded, an old record removed"
+        );
+        let mut running = live.clone();
+        running
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .container_id = Some("containerd://1".into());
+        let patch = update_patch(
+            &running,
+            &t,
+            "rev2",
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"][RESTARTED_FROM_ANNOTATION],
+            r#"{"c":"containerd://1"}"#
+        );
 
         let mut t = template("a:1", "2", "x");
         t.spec.as_mut().unwrap().containers[0]
