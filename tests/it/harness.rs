@@ -175,16 +175,18 @@ pub async fn admin_client() -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// Whether Pods run real containers (on kind, `PODKEEPER_TEST_IMAGES=kind`):
+/// then redis-server answers, and the operator chooses a primary itself.
+pub fn real_containers() -> bool {
+    std::env::var("PODKEEPER_TEST_IMAGES").as_deref() == Ok("kind")
+}
+
 /// How long to wait for what takes `local` on the local control plane. Real
 /// containers (on kind) are slower than kwok's Pods: images are unpacked,
 /// probes run, processes start and stop, so waits there are three times as
 /// long.
 pub fn patience(local: Duration) -> Duration {
-    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() == Ok("kind") {
-        local * 3
-    } else {
-        local
-    }
+    if real_containers() { local * 3 } else { local }
 }
 
 /// Serialises what disrupts the deployed operator (see
@@ -635,7 +637,7 @@ impl Drop for Operator {
 /// httpd image loaded there, a different tag for each different upstream
 /// image, so that image changes still roll out.
 pub fn image(upstream: &str) -> String {
-    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() != Ok("kind") {
+    if !real_containers() {
         return upstream.to_string();
     }
     use podkeeper::kind::versions::{

@@ -79,7 +79,7 @@ async fn a_replica_and_the_primary(
     name: &str,
     names: &[String],
 ) -> (String, String) {
-    if std::env::var("PODKEEPER_TEST_IMAGES").as_deref() != Ok("kind") {
+    if !crate::harness::real_containers() {
         record_primary(env, name, &names[1]).await;
         return (names[0].clone(), names[1].clone());
     }

@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, is_ready, owned_by, wait_for};
+use crate::harness::{TestEnv, image, is_ready, owned_by, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -24,7 +24,8 @@ async fn create_redis(env: &TestEnv, name: &str, replicas: i32) -> Redis {
     let api: Api<Redis> = env.api();
     let r: Redis = serde_json::from_value(json!({
         "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
-        "metadata": {"name": name}, "spec": {"replicas": replicas}
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "image": image("redis:7.4.2")}
     }))
     .unwrap();
     api.create(&PostParams::default(), &r).await.unwrap()
@@ -346,7 +347,7 @@ async fn a_service_whose_node_port_frees_up_is_created_without_other_change() {
                 "replicas": 1,
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}},
-                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+                             "spec": {"containers": [{"name": "c", "image": image("nginx")}]}}
             },
             "service": {"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}
         }
@@ -443,7 +444,7 @@ async fn an_orphan_delete_leaves_the_pods_running_without_owner_references() {
                 "replicas": 2,
                 "selector": {"matchLabels": {"app": "kept"}},
                 "template": {"metadata": {"labels": {"app": "kept"}},
-                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+                             "spec": {"containers": [{"name": "c", "image": image("nginx")}]}}
             },
             "service": {"ports": [{"port": 80}]}
         }
@@ -517,7 +518,7 @@ async fn removing_spec_service_removes_the_service_and_status_network() {
                 "replicas": 1,
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}},
-                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+                             "spec": {"containers": [{"name": "c", "image": image("nginx")}]}}
             },
             "service": {"ports": [{"port": 80}]}
         }
