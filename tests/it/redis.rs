@@ -649,6 +649,10 @@ async fn a_redis_deleted_while_the_operator_is_down_is_cleaned_up_when_it_return
 /// they are left for the Pod garbage collector (their status says why they
 /// ended), not deleted.
 #[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it writes the status a kubelet would report for a crashed and an exited container; on kind the Pods' kubelet owns their status and writes Running back, so whether the operator sees Failed first is a race"
+)]
 async fn failed_and_succeeded_pods_are_replaced_and_left_for_podgc() {
     let env = TestEnv::new("redis-failed").await;
     let mut op = env.start_operator();
