@@ -460,6 +460,16 @@ mod tests {
         }
     }
 
+    fn first_status(p: &mut Pod) -> &mut ContainerStatus {
+        &mut p
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+    }
+
     #[test]
     fn settled_only_on_the_new_image_ready_and_observed() {
         assert!(settled(&pod("redis:8", "docker.io/library/redis:8", true)));
@@ -520,25 +530,16 @@ mod tests {
             ]
             .into(),
         );
-        fn status(p: &mut Pod) -> &mut ContainerStatus {
-            &mut p
-                .status
-                .as_mut()
-                .unwrap()
-                .container_statuses
-                .as_mut()
-                .unwrap()[0]
-        }
-        status(&mut p).container_id = Some("containerd://old".into());
-        status(&mut p).state = Some(running("2026-12-03T10:00:00Z"));
+        first_status(&mut p).container_id = Some("containerd://old".into());
+        first_status(&mut p).state = Some(running("2026-12-03T10:00:00Z"));
         assert!(!settled(&p), "the old container still runs");
-        status(&mut p).container_id = Some("containerd://new".into());
-        status(&mut p).image = "redis:7".into();
+        first_status(&mut p).container_id = Some("containerd://new".into());
+        first_status(&mut p).image = "redis:7".into();
         assert!(
             settled(&p),
             "another container runs, reported by the old tag"
         );
-        status(&mut p).ready = false;
+        first_status(&mut p).ready = false;
         assert!(!settled(&p));
         let mut p = pod("redis:8", "redis:8", true);
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
@@ -574,14 +575,7 @@ mod tests {
             "no container ID known: nothing recorded, an old record removed"
         );
         let mut running = live.clone();
-        running
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0]
-            .container_id = Some("containerd://1".into());
+        first_status(&mut running).container_id = Some("containerd://1".into());
         let patch = update_patch(
             &running,
             &t,

@@ -16,7 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ServiceAccount};
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -304,6 +304,37 @@ impl PodDelays {
 pub const DELAY_POLICY: &str = "podkeeper-kwok-delays";
 
 impl TestEnv {
+    /// Caps `resource` (a ResourceQuota's key: pods, services, secrets) at
+    /// `n` in this namespace with a quota of that name, and returns once
+    /// admission enforces it (its usage has been computed).
+    pub async fn cap(&self, resource: &str, n: u32) {
+        let quotas: Api<ResourceQuota> = self.api();
+        let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": resource},
+            "spec": {"hard": {resource: n.to_string()}}
+        }))
+        .unwrap();
+        quotas.create(&PostParams::default(), &quota).await.unwrap();
+        wait_for(
+            &format!("the {resource} quota's usage"),
+            Duration::from_secs(60),
+            || async {
+                let q = quotas.get(resource).await.ok()?;
+                q.status?.used?.contains_key(resource).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Lifts the cap of [`TestEnv::cap`].
+    pub async fn uncap(&self, resource: &str) {
+        let quotas: Api<ResourceQuota> = self.api();
+        quotas
+            .delete(resource, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
     /// Gives every Pod created in this namespace from now on these delays
     /// (the `kwok-delays` ConfigMap that the local cluster's admission
     /// policy reads), and returns once the policy applies them.

@@ -954,20 +954,9 @@ async fn a_generated_password_guards_every_member_and_replication_uses_it() {
 /// client can connect.
 #[tokio::test]
 async fn a_redis_is_not_ready_until_its_services_exist() {
-    use k8s_openapi::api::core::v1::{ResourceQuota, Service};
-    use kube::api::DeleteParams;
+    use k8s_openapi::api::core::v1::Service;
     let env = TestEnv::new("kind-svc-pending").await;
-    let quotas: Api<ResourceQuota> = env.api();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "services"}, "spec": {"hard": {"services": "0"}}
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
-    wait_for("the quota's usage", TIMEOUT, || async {
-        let q = quotas.get("services").await.ok()?;
-        q.status?.used?.contains_key("services").then_some(())
-    })
-    .await;
+    env.cap("services", 0).await;
 
     create_redis(&env, "kv", 2, 6379).await;
     let redis: Api<Redis> = env.api();
@@ -991,10 +980,7 @@ async fn a_redis_is_not_ready_until_its_services_exist() {
     let services: Api<Service> = env.api();
     assert!(services.get_opt("kv").await.unwrap().is_none());
 
-    quotas
-        .delete("services", &DeleteParams::default())
-        .await
-        .unwrap();
+    env.uncap("services").await;
     let (ok, out, err) = env.kubectl(&[
         "wait",
         "redis/kv",

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::Redis;
@@ -392,13 +392,7 @@ fn secret_value(secret: &Secret, key: &str) -> String {
 #[tokio::test]
 async fn a_generated_secret_refused_by_a_quota_is_created_once_the_quota_is_lifted() {
     let env = TestEnv::new("redis-secret-quota").await;
-    let quotas = env.api::<ResourceQuota>();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "no-secrets"},
-        "spec": {"hard": {"secrets": "0"}},
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    env.cap("secrets", 0).await;
     let mut op = env.start_operator();
     create(
         &env,
@@ -423,10 +417,7 @@ async fn a_generated_secret_refused_by_a_quota_is_created_once_the_quota_is_lift
     let secrets = env.api::<Secret>();
     assert!(secrets.get_opt("pw").await.unwrap().is_none());
 
-    quotas
-        .delete("no-secrets", &Default::default())
-        .await
-        .unwrap();
+    env.uncap("secrets").await;
     let generated = wait_for("the generated Secret", TIMEOUT, || async {
         secrets.get_opt("pw").await.ok().flatten()
     })

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
@@ -239,18 +239,7 @@ pub(crate) async fn image_changes_refused(env: &TestEnv, pod: &str, refused: boo
 async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas() {
     let env = TestEnv::new("quota").await;
     let mut op = env.start_operator();
-    let quotas: Api<ResourceQuota> = env.api();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "pods"}, "spec": {"hard": {"pods": "2"}}
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
-    // Admission enforces a quota once its usage has been computed.
-    wait_for("the quota's usage", TIMEOUT, || async {
-        let q = quotas.get("pods").await.ok()?;
-        q.status?.used?.contains_key("pods").then_some(())
-    })
-    .await;
+    env.cap("pods", 2).await;
 
     create_redis(&env, "capped", 3).await;
     // Settled at the cap: two Pods Ready and the refusal reported, so no
@@ -275,10 +264,7 @@ async fn a_quota_that_caps_pods_then_is_lifted_lets_the_redis_reach_its_replicas
     assert_eq!(live_pods(&env, &r.metadata.uid.unwrap()).await.len(), 2);
 
     // Lifting the quota is the only change.
-    quotas
-        .delete("pods", &DeleteParams::default())
-        .await
-        .unwrap();
+    env.uncap("pods").await;
     converged(&env, "capped", 3).await;
     let r = api.get("capped").await.unwrap();
     assert_eq!(
@@ -645,17 +631,7 @@ async fn services_refused_by_a_quota_come_once_it_is_lifted_and_the_pods_do_not_
     let env = TestEnv::new("quota-svc").await;
     let mut op = env.start_operator();
     let recorder = crate::bounds::Recorder::start(&env).await;
-    let quotas: Api<ResourceQuota> = env.api();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "services"}, "spec": {"hard": {"services": "0"}}
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
-    wait_for("the quota's usage", TIMEOUT, || async {
-        let q = quotas.get("services").await.ok()?;
-        q.status?.used?.contains_key("services").then_some(())
-    })
-    .await;
+    env.cap("services", 0).await;
 
     create_redis(&env, "nosvc", 2).await;
     let r = wait_failure(&env, "nosvc", "FailedService").await;
@@ -679,10 +655,7 @@ async fn services_refused_by_a_quota_come_once_it_is_lifted_and_the_pods_do_not_
     assert!(services.get_opt("nosvc").await.unwrap().is_none());
 
     // Lifting the quota is the only change.
-    quotas
-        .delete("services", &DeleteParams::default())
-        .await
-        .unwrap();
+    env.uncap("services").await;
     for name in ["nosvc", "nosvc-replicas"] {
         wait_for(&format!("Service {name}"), TIMEOUT, || async {
             services.get_opt(name).await.ok()?.map(|_| ())
