@@ -19,7 +19,9 @@
 //! image and is ready, no resize is pending or in progress, and the kubelet
 //! has observed the Pod's latest generation (where it reports one).
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Pod, PodTemplateSpec, ResourceRequirements,
+};
 use serde_json::{Map, Value, json};
 
 use super::hash::template_hash;
@@ -189,7 +191,7 @@ pub fn settled(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|a| a.get(UPDATED_AT_ANNOTATION))
         .and_then(|t| t.parse().ok());
-    let started_since = |s: &k8s_openapi::api::core::v1::ContainerStatus| {
+    let started_since = |s: &ContainerStatus| {
         let started = s
             .state
             .as_ref()
@@ -205,19 +207,19 @@ pub fn settled(pod: &Pod) -> bool {
         .and_then(|a| a.get(RESTARTED_FROM_ANNOTATION))
         .and_then(|v| serde_json::from_str(v).ok())
         .unwrap_or_default();
+    // A container recorded at the update is updated once it runs as another
+    // ID; one updated before IDs were recorded, by its image or start time.
+    let updated = |c: &Container, s: &ContainerStatus| match restarted_from.get(&c.name) {
+        Some(old) => s
+            .container_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty() && id != old),
+        None => c.image.as_deref().is_some_and(|i| same_image(i, &s.image)) || started_since(s),
+    };
     let containers_done = spec.containers.iter().all(|c| {
-        statuses.iter().any(|s| {
-            let updated = match restarted_from.get(&c.name) {
-                Some(old) => s
-                    .container_id
-                    .as_deref()
-                    .is_some_and(|id| !id.is_empty() && id != old),
-                None => {
-                    c.image.as_deref().is_some_and(|i| same_image(i, &s.image)) || started_since(s)
-                }
-            };
-            s.name == c.name && s.ready && updated
-        })
+        statuses
+            .iter()
+            .any(|s| s.name == c.name && s.ready && updated(c, s))
     });
     let resizing = status.conditions.iter().flatten().any(|c| {
         (c.type_ == "PodResizePending" || c.type_ == "PodResizeInProgress") && c.status == "True"

@@ -956,6 +956,7 @@ async fn a_generated_password_guards_every_member_and_replication_uses_it() {
 async fn a_redis_is_not_ready_until_its_services_exist() {
     use k8s_openapi::api::core::v1::Service;
     let env = TestEnv::new("kind-svc-pending").await;
+    let recorder = crate::bounds::Recorder::start(&env).await;
     env.cap("services", 0).await;
 
     create_redis(&env, "kv", 2, 6379).await;
@@ -996,4 +997,8 @@ async fn a_redis_is_not_ready_until_its_services_exist() {
     }
     let r = redis.get("kv").await.unwrap();
     assert_eq!(ready_condition(&r).1, "Replicated");
+    // At every Pod event, refused or not: never more live Pods than asked.
+    recorder
+        .check()
+        .assert_held("Services refused by a quota, then lifted");
 }
