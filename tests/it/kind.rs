@@ -4,6 +4,7 @@
 //! `manifests/`; the workload images are podkeeper's own, built from Debian
 //! packages and loaded into kind by `podkeeper kind up`.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -278,6 +279,17 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
         (pods.len() == 2 && pods.iter().all(is_ready)).then_some(pods)
     })
     .await;
+    // Spread over the workers (the Deployment's topology spread by
+    // hostname), so that one node going away leaves a replica running.
+    let nodes: BTreeSet<_> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(
+        nodes.len(),
+        2,
+        "both operator replicas on one node: {nodes:?}"
+    );
     for p in &pods {
         let probe = p.spec.as_ref().unwrap().containers[0]
             .readiness_probe

@@ -1,5 +1,6 @@
 //! The API server says no for a while, then yes: a ResourceQuota, policies
-//! that refuse Pod creates or deletes, a nodePort taken by another Service.
+//! that refuse Pod creates or deletes, a webhook that cannot be reached (the
+//! API server answers 500), a nodePort taken by another Service.
 //! Each recovers with no other change. Also: orphan deletion, removing
 //! `spec.service`, and Events that name the Pods of each batch.
 
@@ -7,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -167,6 +168,67 @@ impl Policy {
     }
 }
 
+/// A validating webhook, for this test's namespace only, whose endpoint is
+/// a closed port on the API server's loopback: with `failurePolicy: Fail`
+/// the API server answers every matching request `500 Internal Server
+/// Error` ("failed calling webhook"), as it does while a real webhook's
+/// backend is down. Dropped with [`DownWebhook::remove`].
+struct DownWebhook {
+    name: String,
+    client: kube::Client,
+}
+
+impl DownWebhook {
+    async fn on(env: &TestEnv, resource: &str, operation: &str) -> DownWebhook {
+        let name = format!(
+            "down-{resource}-{}-{}.podkeeper.dev",
+            operation.to_lowercase(),
+            env.namespace
+        );
+        let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
+        let webhook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": name,
+                "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+                "rules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": [operation], "resources": [resource]
+                }],
+                "namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": env.namespace
+                }},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 2
+            }]
+        }))
+        .unwrap();
+        webhooks
+            .create(&PostParams::default(), &webhook)
+            .await
+            .unwrap();
+        DownWebhook {
+            name,
+            client: env.client.clone(),
+        }
+    }
+
+    async fn remove(self) {
+        let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(self.client);
+        webhooks
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// Whether `result` is the API server's 500 for a webhook it cannot call.
+fn is_500<T>(result: &Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(s)) if s.code == 500)
+}
+
 fn probe_pod(name: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -192,6 +254,35 @@ async fn creates_refused(env: &TestEnv, refused: bool) {
         },
     )
     .await;
+}
+
+/// Waits until `request` (a dry run) is answered 500 (`failing`) or
+/// succeeds: a webhook configuration takes effect a moment after it exists.
+async fn answered_500<T, F, Fut>(what: &str, failing: bool, request: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    wait_for(
+        &format!("{what} answered 500: {failing}"),
+        TIMEOUT,
+        || async {
+            let r = request().await;
+            let settled = if failing { is_500(&r) } else { r.is_ok() };
+            settled.then_some(())
+        },
+    )
+    .await;
+}
+
+/// The message of the Redis's `ReplicaFailure` condition.
+fn failure_message(r: &Redis) -> String {
+    r.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "ReplicaFailure")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
 }
 
 /// The same for deleting `pod` (dry run).
@@ -670,5 +761,122 @@ async fn services_refused_by_a_quota_come_once_it_is_lifted_and_the_pods_do_not_
     .await;
     assert_eq!(live_pods(&env, &uid).await.len(), 2);
     recorder.check().assert_held("Services refused by a quota");
+    op.assert_running();
+}
+
+/// While a webhook's backend is down the API server answers Pod creates
+/// with 500: the Redis says `FailedCreate` with the server's reason and
+/// creates nothing; once the webhook is back (here: removed) it reaches its
+/// replicas with no other change.
+#[tokio::test]
+async fn pod_creates_answered_500_recover_once_the_webhook_is_back() {
+    let env = TestEnv::new("create-500").await;
+    let mut op = env.start_operator();
+    let pods: Api<Pod> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe_object = probe_pod("probe");
+    let probe = || pods.create(&dry, &probe_object);
+    let webhook = DownWebhook::on(&env, "pods", "CREATE").await;
+    answered_500("Pod creates", true, probe).await;
+
+    create_redis(&env, "down", 2).await;
+    let r = wait_failure(&env, "down", "FailedCreate").await;
+    let message = failure_message(&r);
+    assert!(message.contains("failed calling webhook"), "{message}");
+    assert!(live_pods(&env, &r.uid().unwrap()).await.is_empty());
+
+    webhook.remove().await;
+    answered_500("Pod creates", false, probe).await;
+    converged(&env, "down", 2).await;
+    let r: Redis = env.api().get("down").await.unwrap();
+    assert_eq!(replica_failure(&r).map(|c| c.0), Some("False".into()));
+    op.assert_running();
+}
+
+/// The same for Pod deletes during a scale-down: nothing is deleted while
+/// the API server answers 500, `FailedDelete` says why, and the scale-down
+/// completes once the webhook is back.
+#[tokio::test]
+async fn pod_deletes_answered_500_hold_a_scale_down_until_the_webhook_is_back() {
+    let env = TestEnv::new("delete-500").await;
+    let mut op = env.start_operator();
+    create_redis(&env, "stuck", 3).await;
+    let before = converged(&env, "stuck", 3).await;
+    let pods: Api<Pod> = env.api();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let victim = before[0].name_any();
+    let probe = || pods.delete(&victim, &dry);
+    let webhook = DownWebhook::on(&env, "pods", "DELETE").await;
+    answered_500("Pod deletes", true, probe).await;
+
+    scale(&env, "stuck", 1).await;
+    let r = wait_failure(&env, "stuck", "FailedDelete").await;
+    let message = failure_message(&r);
+    assert!(message.contains("failed calling webhook"), "{message}");
+    let names = |pods: Vec<Pod>| pods.iter().map(|p| p.name_any()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        names(live_pods(&env, &r.uid().unwrap()).await),
+        names(before),
+        "no Pod is deleted while deletes fail"
+    );
+
+    webhook.remove().await;
+    answered_500("Pod deletes", false, probe).await;
+    converged(&env, "stuck", 1).await;
+    op.assert_running();
+}
+
+/// Service applies answered 500: the Redis's Pods come anyway, the refusal
+/// shows as `FailedService`, no Pod event sees more live Pods than asked
+/// for, and both Services come once the webhook is back.
+#[tokio::test]
+async fn service_applies_answered_500_recover_once_the_webhook_is_back() {
+    let env = TestEnv::new("svc-500").await;
+    let mut op = env.start_operator();
+    let recorder = crate::bounds::Recorder::start(&env).await;
+    let services: Api<Service> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe_service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let probe = || services.create(&dry, &probe_service);
+    let webhook = DownWebhook::on(&env, "services", "CREATE").await;
+    answered_500("Service creates", true, probe).await;
+
+    create_redis(&env, "nosvc", 2).await;
+    let r = wait_failure(&env, "nosvc", "FailedService").await;
+    let message = failure_message(&r);
+    assert!(message.contains("failed calling webhook"), "{message}");
+    let uid = r.uid().unwrap();
+    converged(&env, "nosvc", 2).await;
+    assert!(services.get_opt("nosvc").await.unwrap().is_none());
+
+    webhook.remove().await;
+    answered_500("Service creates", false, probe).await;
+    for name in ["nosvc", "nosvc-replicas"] {
+        wait_for(&format!("Service {name}"), TIMEOUT, || async {
+            services.get_opt(name).await.ok()?.map(|_| ())
+        })
+        .await;
+    }
+    let api: Api<Redis> = env.api();
+    wait_for("the failure cleared", TIMEOUT, || async {
+        let r = api.get("nosvc").await.ok()?;
+        (replica_failure(&r).map(|c| c.0) == Some("False".into())).then_some(())
+    })
+    .await;
+    assert_eq!(live_pods(&env, &uid).await.len(), 2);
+    recorder.check().assert_held("Service applies answered 500");
     op.assert_running();
 }
