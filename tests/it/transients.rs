@@ -713,6 +713,24 @@ async fn events_of_a_scale_up_a_heal_and_another_scale_up_each_name_their_pods()
     op.assert_running();
 }
 
+/// Waits until the Redis `name` has both its Services and its
+/// `ReplicaFailure` is cleared.
+async fn services_and_no_failure(env: &TestEnv, name: &str) {
+    let services: Api<Service> = env.api();
+    for svc in [name.to_string(), format!("{name}-replicas")] {
+        wait_for(&format!("Service {svc}"), TIMEOUT, || async {
+            services.get_opt(&svc).await.ok()?.map(|_| ())
+        })
+        .await;
+    }
+    let api: Api<Redis> = env.api();
+    wait_for("the failure cleared", TIMEOUT, || async {
+        let r = api.get(name).await.ok()?;
+        (replica_failure(&r).map(|c| c.0) == Some("False".into())).then_some(())
+    })
+    .await;
+}
+
 /// A quota of no Services refuses a new Redis's two Services for a while:
 /// its Pods are created anyway (the Services do not hold them up), the
 /// refusal shows as `FailedService`, no Pod event ever sees more live Pods
@@ -747,18 +765,7 @@ async fn services_refused_by_a_quota_come_once_it_is_lifted_and_the_pods_do_not_
 
     // Lifting the quota is the only change.
     env.uncap("services").await;
-    for name in ["nosvc", "nosvc-replicas"] {
-        wait_for(&format!("Service {name}"), TIMEOUT, || async {
-            services.get_opt(name).await.ok()?.map(|_| ())
-        })
-        .await;
-    }
-    let api: Api<Redis> = env.api();
-    wait_for("the failure cleared", TIMEOUT, || async {
-        let r = api.get("nosvc").await.ok()?;
-        (replica_failure(&r).map(|c| c.0) == Some("False".into())).then_some(())
-    })
-    .await;
+    services_and_no_failure(&env, "nosvc").await;
     assert_eq!(live_pods(&env, &uid).await.len(), 2);
     recorder.check().assert_held("Services refused by a quota");
     op.assert_running();
@@ -864,18 +871,7 @@ async fn service_applies_answered_500_recover_once_the_webhook_is_back() {
 
     webhook.remove().await;
     answered_500("Service creates", false, probe).await;
-    for name in ["nosvc", "nosvc-replicas"] {
-        wait_for(&format!("Service {name}"), TIMEOUT, || async {
-            services.get_opt(name).await.ok()?.map(|_| ())
-        })
-        .await;
-    }
-    let api: Api<Redis> = env.api();
-    wait_for("the failure cleared", TIMEOUT, || async {
-        let r = api.get("nosvc").await.ok()?;
-        (replica_failure(&r).map(|c| c.0) == Some("False".into())).then_some(())
-    })
-    .await;
+    services_and_no_failure(&env, "nosvc").await;
     assert_eq!(live_pods(&env, &uid).await.len(), 2);
     recorder.check().assert_held("Service applies answered 500");
     op.assert_running();
