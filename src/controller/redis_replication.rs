@@ -12,15 +12,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use super::applier::{ServiceApplier, changes};
 use super::podset::Extras;
 use super::redis::{desired_services, spare_primary, spare_primary_in_place};
-use super::service::owned_services;
+use super::service::{cleanup_services, owned_services};
 use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::Redis;
 use crate::crd::redis::{MemberStatus, PrimaryStatus};
@@ -509,47 +509,11 @@ impl Extras<Redis> for ReplicationExtras {
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
         let live = owned_services(self.applier.services(), owner);
-        if live.is_empty() {
+        let gone = cleanup_services(ctx, owner, &live).await?;
+        if gone {
             self.forget(&owner.reference.uid);
-            return Ok(true);
         }
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        for svc in live
-            .iter()
-            .filter(|s| s.metadata.deletion_timestamp.is_none())
-        {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: svc.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&svc.name_any(), &params).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => {
-                    return Err(Error::Step(Failure {
-                        reason: "FailedService",
-                        message: format!(
-                            "Error deleting Service {}: {}",
-                            svc.name_any(),
-                            api_message(&e)
-                        ),
-                    }));
-                }
-            }
-            ctx.executor
-                .event(
-                    owner,
-                    EventType::Normal,
-                    "Cleanup",
-                    "Cleanup",
-                    format!("Deleted Service {} before the Pods", svc.name_any()),
-                )
-                .await;
-        }
-        Ok(false)
+        Ok(gone)
     }
 }
 

@@ -132,7 +132,18 @@ fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>
     owned_services(services, owner).into_iter().next()
 }
 
-async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<(), kube::Error> {
+/// What a Service delete found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deleted {
+    /// Deleted, and gone.
+    Now,
+    /// Deleted, and still there on someone's finalizer.
+    Going,
+    /// Not there (or another Service of the same name is).
+    Absent,
+}
+
+async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<Deleted, kube::Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: svc.uid(),
@@ -141,9 +152,82 @@ async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<(), kube::E
         ..Default::default()
     };
     match api.delete(&svc.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        // The API server answers with a Status or the deleted object once
+        // it is gone, and with the object, finalizers and all, while one
+        // holds it.
+        Ok(answer) => match answer.left() {
+            Some(svc) if !svc.finalizers().is_empty() => Ok(Deleted::Going),
+            _ => Ok(Deleted::Now),
+        },
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Deleted::Absent),
         Err(e) => Err(e),
+    }
+}
+
+/// Cleanup's first step, for every kind with Services: deletes the owner's
+/// Services (`live`, as the cache has them) all at once, with one `Cleanup`
+/// Event naming those it deleted. `Ok(true)` once none is left, as the
+/// deletes answered, so the Pods go in the same reconcile; `Ok(false)`
+/// while one stays on a finalizer. A refused delete is a `FailedService`
+/// failure, retried with backoff.
+pub async fn cleanup_services(
+    ctx: &Context,
+    owner: &Owner,
+    live: &[Arc<Service>],
+) -> Result<bool, Error> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let going = live
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_some());
+    let to_delete: Vec<&Arc<Service>> = live
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .collect();
+    let results =
+        futures::future::join_all(to_delete.iter().map(|s| delete_service(&api, s))).await;
+    let mut deleted = Vec::new();
+    let mut gone = going.count() == 0;
+    let mut refused = None;
+    for (svc, result) in to_delete.iter().zip(results) {
+        match result {
+            Ok(Deleted::Now) => deleted.push(svc.name_any()),
+            Ok(Deleted::Going) => {
+                deleted.push(svc.name_any());
+                gone = false;
+            }
+            Ok(Deleted::Absent) => {}
+            Err(e) => {
+                gone = false;
+                refused.get_or_insert_with(|| {
+                    format!(
+                        "Error deleting Service {}: {}",
+                        svc.name_any(),
+                        api_message(&e)
+                    )
+                });
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        deleted.sort();
+        let what = if deleted.len() == 1 {
+            "Service"
+        } else {
+            "Services"
+        };
+        ctx.executor
+            .event(
+                owner,
+                EventType::Normal,
+                "Cleanup",
+                "Cleanup",
+                format!("Deleted {what} {} before the Pods", deleted.join(", ")),
+            )
+            .await;
+    }
+    match refused {
+        Some(message) => Err(Error::Step(failure(message))),
+        None => Ok(gone),
     }
 }
 
@@ -189,7 +273,7 @@ impl Extras<Application> for ServiceExtras {
                 (network, failure)
             }
             (None, Some(live)) => match delete_service(&api, &live).await {
-                Ok(()) => {
+                Ok(_) => {
                     ctx.executor
                         .event(
                             owner,
@@ -226,30 +310,12 @@ impl Extras<Application> for ServiceExtras {
 
     /// The Service first, to stop traffic: `Ok(true)` once it is gone.
     async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
-        let Some(svc) = live_service(self.applier.services(), owner) else {
+        let live = owned_services(self.applier.services(), owner);
+        let gone = cleanup_services(ctx, owner, &live).await?;
+        if gone {
             self.applier.forget(&owner.reference.uid);
-            return Ok(true);
-        };
-        if svc.metadata.deletion_timestamp.is_none() {
-            let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-            if let Err(e) = delete_service(&api, &svc).await {
-                return Err(Error::Step(failure(format!(
-                    "Error deleting Service {}: {}",
-                    svc.name_any(),
-                    api_message(&e)
-                ))));
-            }
-            ctx.executor
-                .event(
-                    owner,
-                    EventType::Normal,
-                    "Cleanup",
-                    "Cleanup",
-                    format!("Deleted Service {} before the Pods", svc.name_any()),
-                )
-                .await;
         }
-        Ok(false)
+        Ok(gone)
     }
 }
 

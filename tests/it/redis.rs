@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
@@ -355,6 +355,10 @@ async fn a_config_change_replaces_pods_one_at_a_time() {
     op.assert_running();
 }
 
+fn rv_of(meta: &ObjectMeta) -> u64 {
+    meta.resource_version.as_deref().unwrap().parse().unwrap()
+}
+
 #[tokio::test]
 async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
     let env = TestEnv::new("redis-delete").await;
@@ -362,13 +366,20 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
     create(&env, "gone", 4).await;
     converged(&env, "gone", 4).await;
 
-    // Resource versions are one global order: every Pod deletion must come
-    // before the Redis's own.
+    // Resource versions are one global order: the Services go first, then
+    // the Pods, and every Pod deletion comes before the Redis's own.
     let pods: Api<Pod> = env.api();
     let redises: Api<Redis> = env.api();
+    let services: Api<Service> = env.api();
+    wait_for("both Services", TIMEOUT, || async {
+        let names = services.list(&ListParams::default()).await.ok()?.items;
+        (names.len() == 2).then_some(())
+    })
+    .await;
     let rv = current_rv(&pods).await;
     let mut pod_stream = watch_from(&pods, &rv).await;
     let mut redis_stream = watch_from(&redises, &rv).await;
+    let mut service_stream = watch_from(&services, &rv).await;
     redises
         .delete("gone", &DeleteParams::default())
         .await
@@ -386,30 +397,57 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
         }
     };
     let mut pod_deletions = Vec::new();
+    let mut first_pod_terminating = u64::MAX;
     while let Ok(Some(Ok(ev))) =
         tokio::time::timeout(Duration::from_millis(500), pod_stream.next()).await
     {
-        if let WatchEvent::Deleted(p) = ev {
-            pod_deletions.push(p.resource_version().unwrap().parse::<u64>().unwrap());
+        match ev {
+            WatchEvent::Deleted(p) => pod_deletions.push(rv_of(&p.metadata)),
+            WatchEvent::Modified(p) if p.metadata.deletion_timestamp.is_some() => {
+                first_pod_terminating = first_pod_terminating.min(rv_of(&p.metadata));
+            }
+            _ => {}
         }
     }
+    let mut service_deletions = Vec::new();
+    while let Ok(Some(Ok(ev))) =
+        tokio::time::timeout(Duration::from_millis(500), service_stream.next()).await
+    {
+        if let WatchEvent::Deleted(s) = ev {
+            service_deletions.push(rv_of(&s.metadata));
+        }
+    }
+    assert_eq!(service_deletions.len(), 2, "both Services were deleted");
+    assert!(
+        service_deletions
+            .iter()
+            .all(|rv| *rv < first_pod_terminating),
+        "Services deleted at {service_deletions:?}, the first Pod at {first_pod_terminating}"
+    );
     assert_eq!(pod_deletions.len(), 4, "every Pod was deleted");
     assert!(
         pod_deletions.iter().all(|rv| *rv < redis_deleted_rv),
         "pods deleted at {pod_deletions:?}, the Redis at {redis_deleted_rv}"
     );
     let events: Api<Event> = env.api();
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
+    let events = events.list(&ListParams::default()).await.unwrap().items;
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
+    assert!(reasons.contains(&"CleanupComplete"), "{reasons:?}");
+    // One Event for both Services, one for the Pods, one when done: a
+    // deletion does not flood `kubectl events`.
+    let cleanup: Vec<&str> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Cleanup"))
+        .filter_map(|e| e.note.as_deref())
         .collect();
+    assert_eq!(
+        cleanup.iter().filter(|n| n.contains("Service")).count(),
+        1,
+        "{cleanup:?}"
+    );
     assert!(
-        reasons.iter().any(|r| r == "CleanupComplete"),
-        "{reasons:?}"
+        cleanup.contains(&"Deleted Services gone, gone-replicas before the Pods"),
+        "{cleanup:?}"
     );
     op.assert_running();
 }
