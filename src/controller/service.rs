@@ -226,7 +226,20 @@ pub async fn cleanup_services(
             .await;
     }
     match refused {
-        Some(message) => Err(Error::Step(failure(message))),
+        // Said where `kubectl describe` shows it: a deletion held up by a
+        // refused Service delete is otherwise silent.
+        Some(message) => {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "FailedService",
+                    "Cleanup",
+                    message.clone(),
+                )
+                .await;
+            Err(Error::Step(failure(message)))
+        }
         None => Ok(gone),
     }
 }

@@ -876,3 +876,60 @@ async fn service_applies_answered_500_recover_once_the_webhook_is_back() {
     recorder.check().assert_held("Service applies answered 500");
     op.assert_running();
 }
+
+/// Deleting a Redis while the API server answers its Service deletes with
+/// 500: the Services go first, so nothing else is touched (every Pod stays
+/// live, none over its bounds at any Pod event), `FailedService` says why,
+/// and once the webhook is back the Services, the Pods and the Redis go.
+#[tokio::test]
+async fn a_deletion_whose_service_deletes_are_answered_500_waits_and_then_completes() {
+    let env = TestEnv::new("cleanup-500").await;
+    let mut op = env.start_operator();
+    let recorder = crate::bounds::Recorder::start(&env).await;
+    create_redis(&env, "held", 2).await;
+    let pods = converged(&env, "held", 2).await;
+    services_and_no_failure(&env, "held").await;
+    let services: Api<Service> = env.api();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = || services.delete("held", &dry);
+    let webhook = DownWebhook::on(&env, "services", "DELETE").await;
+    answered_500("Service deletes", true, probe).await;
+
+    let api: Api<Redis> = env.api();
+    api.delete("held", &DeleteParams::default()).await.unwrap();
+    let events: Api<Event> = env.api();
+    let note = wait_for("a FailedService Event", TIMEOUT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter()
+            .find(|e| e.reason.as_deref() == Some("FailedService"))
+            .and_then(|e| e.note)
+    })
+    .await;
+    assert!(note.contains("failed calling webhook"), "{note}");
+    let uid = pods[0].owner_references()[0].uid.clone();
+    assert_eq!(
+        live_pods(&env, &uid).await.len(),
+        2,
+        "no Pod is deleted while its Services cannot be"
+    );
+    assert!(api.get_opt("held").await.unwrap().is_some());
+
+    webhook.remove().await;
+    wait_for(
+        "the Redis, its Services and its Pods gone",
+        TIMEOUT,
+        || async {
+            let redis_gone = api.get_opt("held").await.ok()?.is_none();
+            let svcs = services.list(&ListParams::default()).await.ok()?.items;
+            let pods: Api<Pod> = env.api();
+            let left = pods.list(&ListParams::default()).await.ok()?.items;
+            (redis_gone && svcs.is_empty() && left.is_empty()).then_some(())
+        },
+    )
+    .await;
+    recorder.check().assert_held("Service deletes answered 500");
+    op.assert_running();
+}
