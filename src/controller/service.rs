@@ -176,17 +176,13 @@ pub async fn cleanup_services(
     live: &[Arc<Service>],
 ) -> Result<bool, Error> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let going = live
+    let (going, to_delete): (Vec<&Arc<Service>>, Vec<&Arc<Service>>) = live
         .iter()
-        .filter(|s| s.metadata.deletion_timestamp.is_some());
-    let to_delete: Vec<&Arc<Service>> = live
-        .iter()
-        .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .collect();
+        .partition(|s| s.metadata.deletion_timestamp.is_some());
     let results =
         futures::future::join_all(to_delete.iter().map(|s| delete_service(&api, s))).await;
     let mut deleted = Vec::new();
-    let mut gone = going.count() == 0;
+    let mut gone = going.is_empty();
     let mut refused = None;
     for (svc, result) in to_delete.iter().zip(results) {
         match result {

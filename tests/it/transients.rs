@@ -237,42 +237,74 @@ fn probe_pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// Waits until a dry-run `request` gets an answer `wanted` accepts:
+/// policies and webhooks take effect a moment after they exist.
+async fn answered<T, F, Fut>(what: &str, wanted: fn(&Result<T, kube::Error>) -> bool, request: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    wait_for(what, TIMEOUT, || async {
+        wanted(&request().await).then_some(())
+    })
+    .await;
+}
+
+/// Refused (any error) when `refused`, allowed otherwise.
+fn refused_if<T>(refused: bool) -> fn(&Result<T, kube::Error>) -> bool {
+    if refused {
+        Result::is_err
+    } else {
+        Result::is_ok
+    }
+}
+
+/// Waits until `request` (a dry run) is answered 500 (`failing`) or
+/// succeeds.
+async fn answered_500<T, F, Fut>(what: &str, failing: bool, request: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let wanted = if failing { is_500 } else { Result::is_ok };
+    answered(&format!("{what} answered 500: {failing}"), wanted, request).await;
+}
+
 /// Waits until a dry-run Pod create in the namespace is refused (`true`)
-/// or allowed (`false`): policies take effect a moment after they exist.
+/// or allowed (`false`).
 async fn creates_refused(env: &TestEnv, refused: bool) {
     let pods: Api<Pod> = env.api();
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    wait_for(
-        &format!("Pod creates to be refused: {refused}"),
-        TIMEOUT,
-        || async {
-            let r = pods.create(&dry, &probe_pod("probe")).await;
-            (r.is_err() == refused).then_some(())
-        },
-    )
-    .await;
+    let probe = probe_pod("probe");
+    let what = format!("Pod creates to be refused: {refused}");
+    answered(&what, refused_if(refused), || pods.create(&dry, &probe)).await;
 }
 
-/// Waits until `request` (a dry run) is answered 500 (`failing`) or
-/// succeeds: a webhook configuration takes effect a moment after it exists.
-async fn answered_500<T, F, Fut>(what: &str, failing: bool, request: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<T, kube::Error>>,
-{
-    wait_for(
-        &format!("{what} answered 500: {failing}"),
-        TIMEOUT,
-        || async {
-            let r = request().await;
-            let settled = if failing { is_500(&r) } else { r.is_ok() };
-            settled.then_some(())
-        },
-    )
-    .await;
+/// The same for deleting `pod` (dry run).
+async fn deletes_refused(env: &TestEnv, pod: &str, refused: bool) {
+    let pods: Api<Pod> = env.api();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let what = format!("Pod deletes to be refused: {refused}");
+    answered(&what, refused_if(refused), || pods.delete(pod, &dry)).await;
+}
+
+/// The same for a change of `pod`'s image (a dry-run patch).
+pub(crate) async fn image_changes_refused(env: &TestEnv, pod: &str, refused: bool) {
+    let pods: Api<Pod> = env.api();
+    let current = pods.get(pod).await.unwrap();
+    let container = current.spec.as_ref().unwrap().containers[0].name.clone();
+    let patch = Patch::Strategic(
+        json!({"spec": {"containers": [{"name": container, "image": "probe:1"}]}}),
+    );
+    let dry = PatchParams::default().dry_run();
+    let what = format!("image changes of {pod} to be refused: {refused}");
+    answered(&what, refused_if(refused), || pods.patch(pod, &dry, &patch)).await;
 }
 
 /// The message of the Redis's `ReplicaFailure` condition.
@@ -283,47 +315,6 @@ fn failure_message(r: &Redis) -> String {
         .find(|c| c.type_ == "ReplicaFailure")
         .map(|c| c.message.clone())
         .unwrap_or_default()
-}
-
-/// The same for deleting `pod` (dry run).
-async fn deletes_refused(env: &TestEnv, pod: &str, refused: bool) {
-    let pods: Api<Pod> = env.api();
-    let dry = DeleteParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    wait_for(
-        &format!("Pod deletes to be refused: {refused}"),
-        TIMEOUT,
-        || async {
-            let r = pods.delete(pod, &dry).await;
-            (r.is_err() == refused).then_some(())
-        },
-    )
-    .await;
-}
-
-/// The same for a change of `pod`'s image (a dry-run patch).
-pub(crate) async fn image_changes_refused(env: &TestEnv, pod: &str, refused: bool) {
-    let pods: Api<Pod> = env.api();
-    let current = pods.get(pod).await.unwrap();
-    let container = current.spec.as_ref().unwrap().containers[0].name.clone();
-    let patch = json!({"spec": {"containers": [{"name": container, "image": "probe:1"}]}});
-    wait_for(
-        &format!("image changes of {pod} to be refused: {refused}"),
-        TIMEOUT,
-        || async {
-            let r = pods
-                .patch(
-                    pod,
-                    &PatchParams::default().dry_run(),
-                    &Patch::Strategic(&patch),
-                )
-                .await;
-            (r.is_err() == refused).then_some(())
-        },
-    )
-    .await;
 }
 
 #[tokio::test]
@@ -886,8 +877,8 @@ async fn a_deletion_whose_service_deletes_are_answered_500_waits_and_then_comple
     let env = TestEnv::new("cleanup-500").await;
     let mut op = env.start_operator();
     let recorder = crate::bounds::Recorder::start(&env).await;
-    create_redis(&env, "held", 2).await;
-    let pods = converged(&env, "held", 2).await;
+    let uid = create_redis(&env, "held", 2).await.uid().unwrap();
+    converged(&env, "held", 2).await;
     services_and_no_failure(&env, "held").await;
     let services: Api<Service> = env.api();
     let dry = DeleteParams {
@@ -909,7 +900,6 @@ async fn a_deletion_whose_service_deletes_are_answered_500_waits_and_then_comple
     })
     .await;
     assert!(note.contains("failed calling webhook"), "{note}");
-    let uid = pods[0].owner_references()[0].uid.clone();
     assert_eq!(
         live_pods(&env, &uid).await.len(),
         2,
