@@ -821,41 +821,45 @@ async fn idle_stage(
     idle: u64,
     report: &mut Report,
 ) -> Result<(), crate::Error> {
-    let replicas = b.replicas;
-    owners_settled(&b.redis, &redis.namespace, b.objects, |o| {
-        redis_settled(o, replicas)
-    })
-    .await?;
-    // A status written in the reconcile that replaced a healed Pod lists
-    // the members the replication round saw before the create; the next
-    // reconcile lists the new one. Idle starts once every status names
-    // exactly its owner's live Pods.
+    let (replicas, count) = (b.replicas, b.objects);
+    // Idle starts once every status is settled and names exactly its
+    // owner's live Pods, both read from one snapshot: a status checked
+    // alone may still be the one from before the last heal, and a status
+    // written while the healed Pod is still terminating names the right
+    // members but is still Progressing; either would be rewritten inside
+    // the window.
     b.redis
-        .until("status.members to name the live Pods", TIMEOUT, |st| {
-            let live = |uid: &str| -> std::collections::BTreeSet<String> {
-                b.pods.with(|pods| {
-                    pods.active(&redis.namespace)
-                        .filter(|p| controller_uid(&p.object).as_deref() == Some(uid))
-                        .map(|p| p.object.name_any())
-                        .collect()
-                })
-            };
-            st.in_namespace(&redis.namespace)
-                .all(|e| {
-                    let members: std::collections::BTreeSet<String> = e
-                        .object
-                        .status
-                        .iter()
-                        .flat_map(|s| s.members.iter().map(|m| m.pod.clone()))
-                        .collect();
-                    e.object
-                        .metadata
-                        .uid
-                        .as_deref()
-                        .is_some_and(|u| live(u) == members)
-                })
-                .then_some(())
-        })
+        .until(
+            "every status settled and naming its live Pods",
+            TIMEOUT,
+            |st| {
+                let live = |uid: &str| -> std::collections::BTreeSet<String> {
+                    b.pods.with(|pods| {
+                        pods.active(&redis.namespace)
+                            .filter(|p| controller_uid(&p.object).as_deref() == Some(uid))
+                            .map(|p| p.object.name_any())
+                            .collect()
+                    })
+                };
+                let all: Vec<_> = st.in_namespace(&redis.namespace).collect();
+                let settled = all.len() == count
+                    && all.iter().all(|e| {
+                        let members: std::collections::BTreeSet<String> = e
+                            .object
+                            .status
+                            .iter()
+                            .flat_map(|s| s.members.iter().map(|m| m.pod.clone()))
+                            .collect();
+                        redis_settled(&e.object, replicas)
+                            && e.object
+                                .metadata
+                                .uid
+                                .as_deref()
+                                .is_some_and(|u| live(u) == members)
+                    });
+                settled.then_some(())
+            },
+        )
         .await?;
     eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
     let mark = measure::audit_mark(&b.audit);
