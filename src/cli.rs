@@ -143,6 +143,14 @@ pub struct DevArgs {
     /// instead of the local control plane.
     #[arg(long, conflicts_with_all = ["local", "cluster_only", "nodes"])]
     pub kind: bool,
+    /// With --kind: the kind cluster's name. `just e2e` deploys the
+    /// operator into `podkeeper`; dev refuses to run beside it.
+    #[arg(long, default_value = "podkeeper", requires = "kind")]
+    pub kind_name: String,
+    /// With --kind: worker nodes besides the control plane, when the
+    /// cluster is created.
+    #[arg(long, default_value_t = 2, requires = "kind")]
+    pub kind_workers: u32,
     /// Raise the QPS limits of the local control plane (for benchmarks).
     #[arg(long, hide = true)]
     pub raise_qps_limits: bool,
@@ -198,10 +206,24 @@ pub struct RunArgs {
     /// ReplicaSet controller's, with ten 1.04x (BENCHMARKS.md).
     #[arg(long, env = "PODKEEPER_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_reconciles: u16,
+    /// How the operator reaches redis-server in each Redis Pod: `pod-ip`
+    /// over the Pod network (the operator runs in the cluster), or
+    /// `port-forward` through the API server (it runs outside, where Pod
+    /// IPs do not route; needs `create pods/portforward`) [default: pod-ip;
+    /// for `dev --kind`, port-forward].
+    #[arg(long, value_enum)]
+    pub redis_connect: Option<RedisConnect>,
     /// Print the metrics and probe URLs on standard output once they are
     /// served (`dev` does).
     #[arg(skip)]
     pub print_endpoints: bool,
+}
+
+/// See [`RunArgs::redis_connect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisConnect {
+    PodIp,
+    PortForward,
 }
 
 impl RunArgs {
@@ -305,5 +327,29 @@ mod tests {
             panic!("dev")
         };
         assert_eq!(args.operator.with_dev_defaults().metrics_address(), ":9090");
+    }
+
+    #[test]
+    fn kind_flags_of_dev_need_kind_and_redis_connect_defaults_to_none() {
+        assert!(Cli::try_parse_from(["podkeeper", "dev", "--kind-name", "x"]).is_err());
+        let dev = Cli::parse_from([
+            "podkeeper",
+            "dev",
+            "--kind",
+            "--kind-name",
+            "mine",
+            "--kind-workers",
+            "0",
+        ]);
+        let Command::Dev(args) = dev.command else {
+            panic!("dev")
+        };
+        assert_eq!((args.kind_name.as_str(), args.kind_workers), ("mine", 0));
+        assert_eq!(args.operator.redis_connect, None);
+        let run = Cli::parse_from(["podkeeper", "run", "--redis-connect", "port-forward"]);
+        let Command::Run(args) = run.command else {
+            panic!("run")
+        };
+        assert_eq!(args.redis_connect, Some(RedisConnect::PortForward));
     }
 }

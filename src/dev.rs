@@ -19,12 +19,12 @@ async fn cluster_configured() -> bool {
 }
 
 pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
+    let stop = stop_signal(args.exit_on_stdin_eof).shared();
     if args.kind {
-        return crate::kind::dev::run(args).await;
+        return crate::kind::dev::run(args, stop).await;
     }
     let local =
         args.local || args.cluster_only || args.kubeconfig.is_some() || !cluster_configured().await;
-    let stop = stop_signal(args.exit_on_stdin_eof).shared();
     if !local {
         let client = operator::client_from_env().await?;
         eprintln!("podkeeper: using the configured cluster; installing CRDs");

@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use crate::cli::RunArgs;
+use crate::cli::{RedisConnect, RunArgs};
 use crate::controller::applier::ServiceApplier;
 use crate::controller::podset::{self, Ctx};
 use crate::controller::redis_replication::ReplicationExtras;
@@ -243,12 +243,15 @@ pub async fn run(
     let (redis_services, redis_service_events) = service_watch(&client, namespace);
     let redis_ctx = Ctx::<Redis>::new(
         Context::new(client.clone(), executor.clone(), pods.clone()),
-        ReplicationExtras::new(ServiceApplier::new(
-            executor.clone(),
-            redis_services,
-            redis_wake,
-            args.concurrent_reconciles.into(),
-        )),
+        ReplicationExtras::new(
+            ServiceApplier::new(
+                executor.clone(),
+                redis_services,
+                redis_wake,
+                args.concurrent_reconciles.into(),
+            ),
+            (args.redis_connect == Some(RedisConnect::PortForward)).then(|| client.clone()),
+        ),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let (app_ctx, services) = application_context(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use podkeeper::replication::act::{self, Memory, PodRef, Round};
-use podkeeper::replication::client::{Endpoint, Node, Timeouts};
+use podkeeper::replication::client::{Access, Endpoint, Node, Route, Timeouts};
 use podkeeper::replication::config;
 use podkeeper::replication::info::Role;
 use podkeeper::replication::topology::{Member, RecordedPrimary, Settings};
@@ -233,8 +233,11 @@ impl Set {
             &self.pods(),
             self.recorded.as_ref(),
             &settings(),
-            self.password.as_deref(),
-            timeouts(),
+            &Access {
+                password: self.password.as_deref(),
+                timeouts: timeouts(),
+                route: &Route::PodNetwork,
+            },
             &self.memory,
             Timestamp::now(),
         )

@@ -30,7 +30,7 @@ use crate::engine::executor::{Failure, Owner, api_message};
 use crate::engine::plan::Plan;
 use crate::replication::act::{self, Memory, PodRef};
 use crate::replication::api::ROLE_LABEL;
-use crate::replication::client::Timeouts;
+use crate::replication::client::{Access, Route, Timeouts};
 use crate::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 
 /// How often to look again while no member answers at all.
@@ -58,12 +58,16 @@ pub struct ReplicationExtras {
     /// Since when each member has been silent, per Redis uid.
     silence: Mutex<HashMap<String, Arc<Memory>>>,
     timeouts: Timeouts,
+    /// Set when members are reached through port-forwards (the operator
+    /// outside the cluster), not at their Pod IPs.
+    port_forward: Option<kube::Client>,
 }
 
 impl ReplicationExtras {
-    pub fn new(applier: ServiceApplier<Redis>) -> Self {
+    pub fn new(applier: ServiceApplier<Redis>, port_forward: Option<kube::Client>) -> Self {
         ReplicationExtras {
             applier,
+            port_forward,
             silence: Mutex::new(HashMap::new()),
             // In-cluster round trips are sub-millisecond: a member that has
             // not accepted a connection within a second is silent.
@@ -81,6 +85,16 @@ impl ReplicationExtras {
             .entry(uid.to_string())
             .or_default()
             .clone()
+    }
+
+    /// How this Redis's members are reached.
+    fn route(&self, namespace: &str) -> Route {
+        match &self.port_forward {
+            Some(client) => {
+                Route::PortForward(Box::new(Api::namespaced(client.clone(), namespace)))
+            }
+            None => Route::PodNetwork,
+        }
     }
 
     fn forget(&self, uid: &str) {
@@ -392,8 +406,11 @@ impl Extras<Redis> for ReplicationExtras {
             &refs,
             recorded.as_ref(),
             &settings(redis),
-            password.as_deref(),
-            self.timeouts,
+            &Access {
+                password: password.as_deref(),
+                timeouts: self.timeouts,
+                route: &self.route(&owner.namespace),
+            },
             &silence,
             Timestamp::now(),
         )

@@ -2,18 +2,27 @@
 //! whose Pods are real containers (created on first use and kept, so the
 //! next start takes seconds).
 
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::cli::DevArgs;
+use crate::cli::{DevArgs, RedisConnect};
 use crate::operator;
 
 use super::{UpOptions, versions};
 
-pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
+/// Where `kubectl apply -k manifests/` puts the operator.
+const DEPLOYED: (&str, &str) = ("podkeeper-system", "podkeeper");
+
+pub async fn run(
+    args: DevArgs,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), crate::Error> {
     let opts = UpOptions {
-        name: "podkeeper".into(),
-        workers: 2,
+        name: args.kind_name.clone(),
+        workers: args.kind_workers,
     };
+    let name = opts.name.clone();
     let path = tokio::task::spawn_blocking(move || super::up(&opts))
         .await
         .map_err(|e| crate::Error::Other(format!("kind up panicked: {e}")))??;
@@ -23,14 +32,14 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         .await
         .map_err(|e| crate::Error::Config(e.to_string()))?;
     let client = kube::Client::try_from(config)?;
+    refuse_beside_a_deployed_operator(&client, &name).await?;
     operator::install_crds(&client).await?;
     if let Some(dest) = &args.kubeconfig {
         std::fs::copy(&path, dest)
             .map_err(|e| crate::Error::Other(format!("writing {}: {e}", dest.display())))?;
     }
-    println!(
-        "podkeeper: kind cluster `podkeeper` ready (1 control plane, 2 workers); point kubectl at it with:"
-    );
+    let nodes = 1 + args.kind_workers;
+    println!("podkeeper: kind cluster `{name}` ready ({nodes} nodes); point kubectl at it with:");
     println!(
         "  export KUBECONFIG={}",
         args.kubeconfig.as_ref().unwrap_or(&path).display()
@@ -41,7 +50,38 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         versions::HTTPD_IMAGE
     );
     println!("  kubectl apply -f samples/redis-kind.yaml");
-    println!("podkeeper: the cluster stays after Ctrl-C; `podkeeper kind down` deletes it");
+    println!(
+        "podkeeper: the cluster stays after Ctrl-C; `podkeeper kind down --name {name}` deletes it"
+    );
     println!("podkeeper: ready");
-    operator::run(client, args.operator, operator::shutdown_signal()).await
+    let mut operator_args = args.operator.with_dev_defaults();
+    // Pod IPs do not route from this machine into kind's Pod network.
+    operator_args
+        .redis_connect
+        .get_or_insert(RedisConnect::PortForward);
+    operator::run(client, operator_args, stop).await
+}
+
+/// Two operators on one cluster would both reconcile every object (and
+/// each count only its own creates): `just e2e` and `just deploy` leave one
+/// running in the cluster that `dev --kind` uses by default.
+async fn refuse_beside_a_deployed_operator(
+    client: &kube::Client,
+    cluster: &str,
+) -> Result<(), crate::Error> {
+    let (namespace, name) = DEPLOYED;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let replicas = api
+        .get_opt(name)
+        .await?
+        .map(|d| d.spec.replicas.unwrap_or(1));
+    match replicas {
+        Some(n) if n > 0 => Err(crate::Error::Other(format!(
+            "kind cluster `{cluster}` runs the deployed operator (Deployment {namespace}/{name}, \
+             {n} replicas, from `just e2e` or `just deploy`); a second operator would reconcile \
+             the same objects. Use a cluster of its own (`podkeeper dev --kind --kind-name \
+             podkeeper-dev`), or remove the deployed one first (`just undeploy`, or scale it to 0)"
+        ))),
+        _ => Ok(()),
+    }
 }

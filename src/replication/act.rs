@@ -9,7 +9,7 @@ use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
 
 use super::api::{MemberStatus, PrimaryStatus};
-use super::client::{self, Endpoint, Node, Timeouts};
+use super::client::{self, Access, Node};
 use super::error::{ActionError, ClientError};
 use super::info::Role;
 use super::topology::{
@@ -118,8 +118,7 @@ pub fn defer_repeated_switchover(
 /// silent one was silent.
 pub async fn observe(
     pods: &[PodRef],
-    password: Option<&str>,
-    timeouts: Timeouts,
+    access: &Access<'_>,
     memory: &Memory,
     now: Timestamp,
 ) -> (Vec<Member>, Vec<(String, ClientError)>) {
@@ -127,13 +126,7 @@ pub async fn observe(
     let answers = join_all(pods.iter().map(|p| async move {
         match &p.ip {
             None => None,
-            Some(ip) => Some(
-                client::observe(
-                    &Endpoint::new(ip.clone(), p.port, password.map(str::to_string)),
-                    timeouts,
-                )
-                .await,
-            ),
+            Some(ip) => Some(client::observe(access, &p.pod, &access.endpoint(ip, p.port)).await),
         }
     }))
     .await;
@@ -195,13 +188,12 @@ fn action_name(a: &Action) -> &'static str {
     }
 }
 
-async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(), ActionError> {
+async fn run(a: &Action, access: &Access<'_>) -> Result<(), ActionError> {
     let err = |source| ActionError {
         pod: a.pod().to_string(),
         action: action_name(a),
         source,
     };
-    let endpoint = |ip: &str, port| Endpoint::new(ip, port, password.map(str::to_string));
     match a {
         Action::Replicate {
             ip,
@@ -210,7 +202,7 @@ async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(
             primary_port,
             ..
         } => {
-            let node = Node::connect(&endpoint(ip, *port), timeouts)
+            let node = Node::connect_via(access, a.pod(), &access.endpoint(ip, *port))
                 .await
                 .map_err(err)?;
             node.replicate_from(primary_ip, *primary_port)
@@ -218,7 +210,7 @@ async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(
                 .map_err(err)
         }
         Action::Promote { ip, port, .. } => {
-            let node = Node::connect(&endpoint(ip, *port), timeouts)
+            let node = Node::connect_via(access, a.pod(), &access.endpoint(ip, *port))
                 .await
                 .map_err(err)?;
             node.promote().await.map_err(err)
@@ -231,7 +223,7 @@ async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(
             timeout,
             ..
         } => {
-            let node = Node::connect(&endpoint(from_ip, *from_port), timeouts)
+            let node = Node::connect_via(access, a.pod(), &access.endpoint(from_ip, *from_port))
                 .await
                 .map_err(err)?;
             node.failover_to(to_ip, *to_port, *timeout)
@@ -245,7 +237,7 @@ async fn run(a: &Action, password: Option<&str>, timeouts: Timeouts) -> Result<(
 /// then the repoints (all at once), or the switchover. Stops at the first
 /// failed step, so that no one is promoted while an old primary may still
 /// be one, and no one is repointed at a member that is not primary yet.
-pub async fn execute(plan: &Plan, password: Option<&str>, timeouts: Timeouts) -> Outcome {
+pub async fn execute(plan: &Plan, access: &Access<'_>) -> Outcome {
     let mut outcome = Outcome::default();
     let mut steps: Vec<Vec<&Action>> = Vec::new();
     for a in &plan.actions {
@@ -265,7 +257,7 @@ pub async fn execute(plan: &Plan, password: Option<&str>, timeouts: Timeouts) ->
         steps[group].push(a);
     }
     for step in steps {
-        let results = join_all(step.iter().map(|a| run(a, password, timeouts))).await;
+        let results = join_all(step.iter().map(|a| run(a, access))).await;
         for (a, r) in step.into_iter().zip(results) {
             match r {
                 Ok(()) => outcome.done.push(a.clone()),
@@ -434,12 +426,11 @@ pub async fn reconcile(
     pods: &[PodRef],
     recorded: Option<&RecordedPrimary>,
     settings: &Settings,
-    password: Option<&str>,
-    timeouts: Timeouts,
+    access: &Access<'_>,
     memory: &Memory,
     now: Timestamp,
 ) -> Round {
-    let (members, silent) = observe(pods, password, timeouts, memory, now).await;
+    let (members, silent) = observe(pods, access, memory, now).await;
     let mut plan = topology::plan(&members, recorded, settings, now);
     if let Some(from) = plan.actions.iter().find_map(|a| match a {
         Action::Switchover { from, .. } => Some(from.clone()),
@@ -451,7 +442,7 @@ pub async fn reconcile(
             memory.note_switchover(&from, now);
         }
     }
-    let outcome = execute(&plan, password, timeouts).await;
+    let outcome = execute(&plan, access).await;
     let primary = record(&plan, &outcome, recorded);
     Round {
         members,

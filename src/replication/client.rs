@@ -7,6 +7,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
@@ -79,9 +81,55 @@ fn is_auth_error(e: &redis::RedisError) -> bool {
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
+/// How the operator's connections reach a member's redis-server.
+#[derive(Clone, Default)]
+pub enum Route {
+    /// Straight to the Pod IP: the operator runs in the cluster.
+    #[default]
+    PodNetwork,
+    /// Through the API server's port-forward to the member's Pod (in this
+    /// Api's namespace): the operator runs outside the cluster, where Pod
+    /// IPs do not route (`podkeeper dev --kind`).
+    PortForward(Box<Api<Pod>>),
+}
+
+/// How to reach and log in to the members of one Redis.
+#[derive(Clone, Copy)]
+pub struct Access<'a> {
+    pub password: Option<&'a str>,
+    pub timeouts: Timeouts,
+    pub route: &'a Route,
+}
+
+impl Access<'_> {
+    /// The member at `ip:port`, with this Redis's password.
+    pub fn endpoint(&self, ip: &str, port: u16) -> Endpoint {
+        Endpoint::new(ip, port, self.password.map(str::to_string))
+    }
+}
+
 impl Node {
-    /// Connects (and authenticates, when the endpoint has a password).
+    /// Connects over the Pod network (and authenticates, when the endpoint
+    /// has a password).
     pub async fn connect(endpoint: &Endpoint, timeouts: Timeouts) -> Result<Node, ClientError> {
+        Node::connect_by(&Route::PodNetwork, "", endpoint, timeouts).await
+    }
+
+    /// Connects to `pod`'s server at `endpoint` as `access` says.
+    pub async fn connect_via(
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+    ) -> Result<Node, ClientError> {
+        Node::connect_by(access.route, pod, endpoint, access.timeouts).await
+    }
+
+    async fn connect_by(
+        route: &Route,
+        pod: &str,
+        endpoint: &Endpoint,
+        timeouts: Timeouts,
+    ) -> Result<Node, ClientError> {
         let addr = endpoint.addr();
         let mut info: ConnectionInfo = ConnectionAddr::Tcp(endpoint.ip.clone(), endpoint.port)
             .into_connection_info()
@@ -94,15 +142,30 @@ impl Node {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|source| ClientError::Connect {
-            addr: addr.clone(),
-            source,
-        })?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             // Commands are bounded below, one by one (WAIT needs longer).
             .set_response_timeout(None);
-        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        let connecting = async {
+            match route {
+                Route::PodNetwork => {
+                    redis::Client::open(info)?
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                }
+                Route::PortForward(pods) => {
+                    let stream = port_forward(pods, pod, endpoint.port).await?;
+                    let (conn, driver) = MultiplexedConnection::new_with_config(
+                        info.redis_settings(),
+                        stream,
+                        config,
+                    )
+                    .await?;
+                    tokio::spawn(driver);
+                    Ok(conn)
+                }
+            }
+        };
         // The connect timeout covers TCP; AUTH gets the command timeout on top.
         let conn = match tokio::time::timeout(timeouts.connect + timeouts.command, connecting).await
         {
@@ -294,12 +357,31 @@ impl Node {
     }
 }
 
-/// Connects to `endpoint` and reads its replication state.
+/// A stream to `port` of `pod` through the API server: one port-forward
+/// per connection, which ends when the connection is dropped.
+async fn port_forward(
+    pods: &Api<Pod>,
+    pod: &str,
+    port: u16,
+) -> Result<tokio::io::DuplexStream, redis::RedisError> {
+    let failed = |e: String| std::io::Error::other(format!("port-forward to {pod}:{port}: {e}"));
+    let mut forwarder = pods
+        .portforward(pod, &[port])
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(forwarder
+        .take_stream(port)
+        .ok_or_else(|| failed("no stream".into()))?)
+}
+
+/// Connects to `pod`'s server at `endpoint` as `access` says and reads its
+/// replication state.
 pub async fn observe(
+    access: &Access<'_>,
+    pod: &str,
     endpoint: &Endpoint,
-    timeouts: Timeouts,
 ) -> Result<ReplicationInfo, ClientError> {
-    Node::connect(endpoint, timeouts)
+    Node::connect_via(access, pod, endpoint)
         .await?
         .replication_info()
         .await

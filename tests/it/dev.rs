@@ -16,7 +16,7 @@ use crate::harness::{BIN, TestEnv, cluster, http_get, logs_dir, wait_for};
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Kills the process if the test fails before it stops it.
-struct Guard(Child);
+pub struct Guard(pub Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -37,7 +37,7 @@ fn occupy(port: u16) -> Option<std::net::TcpListener> {
 }
 
 /// The port of a printed URL such as `http://127.0.0.1:PORT/metrics`.
-fn loopback_port(url: &str) -> u16 {
+pub fn loopback_port(url: &str) -> u16 {
     let authority = url
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())
@@ -45,6 +45,83 @@ fn loopback_port(url: &str) -> u16 {
     let (host, port) = authority.rsplit_once(':').expect("host:port");
     assert_eq!(host, "127.0.0.1", "dev serves on loopback only: {url}");
     port.parse().expect("a port")
+}
+
+/// Starts `podkeeper ARGS` (killed with this process, through setpriv
+/// where there is one) with KUBECONFIG set to `kubeconfig` or unset, its
+/// stderr in `log`; returns it, its stdin (closing it stops a
+/// `--exit-on-stdin-eof` dev) and its stdout lines as they come.
+pub fn spawn_dev(
+    args: &[&str],
+    kubeconfig: Option<&Path>,
+    log: &Path,
+) -> (
+    Guard,
+    std::process::ChildStdin,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let stderr = std::fs::File::create(log).expect("dev log");
+    let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--pdeathsig", "KILL", "--", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    match kubeconfig {
+        Some(path) => cmd.env("KUBECONFIG", path),
+        None => cmd.env_remove("KUBECONFIG"),
+    };
+    let mut child = cmd
+        .args(args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn podkeeper");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Guard(child), stdin, rx)
+}
+
+/// Reads dev's stdout until it has printed where its metrics and probes
+/// are (both on loopback); returns their ports and every line so far.
+pub async fn endpoints(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    log: &Path,
+    timeout: Duration,
+) -> (u16, u16, Vec<String>) {
+    let (mut metrics, mut probes) = (None, None);
+    let mut printed = Vec::new();
+    while metrics.is_none() || probes.is_none() {
+        let line = tokio::time::timeout(timeout, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("dev printed its URLs within {timeout:?}: {printed:?}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "dev exited; stdout: {printed:?}; log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            });
+        if let Some(url) = line.strip_prefix("podkeeper: metrics at ") {
+            metrics = Some(loopback_port(url));
+        }
+        if let Some(rest) = line.strip_prefix("podkeeper: probes at ") {
+            probes = Some(loopback_port(rest.split_whitespace().next().unwrap()));
+        }
+        printed.push(line);
+    }
+    (metrics.unwrap(), probes.unwrap(), printed)
 }
 
 #[tokio::test]
@@ -56,58 +133,14 @@ async fn dev_serves_metrics_and_probes_on_free_loopback_ports_when_8080_is_busy(
     let env = TestEnv::new("dev-ports").await;
     let _busy = (occupy(8080), occupy(8081));
     let log = logs_dir().join(format!("dev-{}.log", env.namespace));
-    let stderr = std::fs::File::create(&log).expect("dev log");
     // With a kubeconfig configured, `dev` installs the CRDs there and runs
     // the operator against it; --namespace keeps it off other tests' objects.
-    let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
-        let mut c = Command::new("/usr/bin/setpriv");
-        c.args(["--pdeathsig", "KILL", "--", BIN]);
-        c
-    } else {
-        Command::new(BIN)
-    };
-    let mut child = cmd
-        .args(["dev", "--exit-on-stdin-eof", "--namespace", &env.namespace])
-        .env("KUBECONFIG", &cluster().kubeconfig_path)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn podkeeper dev");
-    let stdin = child.stdin.take().expect("piped stdin");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut dev = Guard(child);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let (mut metrics, mut probes) = (None, None);
-    let mut printed = Vec::new();
-    while metrics.is_none() || probes.is_none() {
-        let line = tokio::time::timeout(TIMEOUT, rx.recv())
-            .await
-            .expect("dev printed its URLs in time")
-            .unwrap_or_else(|| {
-                panic!(
-                    "dev exited; stdout: {printed:?}; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            });
-        if let Some(url) = line.strip_prefix("podkeeper: metrics at ") {
-            metrics = Some(loopback_port(url));
-        }
-        if let Some(rest) = line.strip_prefix("podkeeper: probes at ") {
-            probes = Some(loopback_port(rest.split_whitespace().next().unwrap()));
-        }
-        printed.push(line);
-    }
-    let (metrics, probes) = (metrics.unwrap(), probes.unwrap());
+    let (mut dev, stdin, mut rx) = spawn_dev(
+        &["dev", "--exit-on-stdin-eof", "--namespace", &env.namespace],
+        Some(&cluster().kubeconfig_path),
+        &log,
+    );
+    let (metrics, probes, _) = endpoints(&mut rx, &log, TIMEOUT).await;
     assert_ne!(metrics, 8080);
     assert_ne!(probes, 8081);
 

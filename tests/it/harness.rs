@@ -413,6 +413,37 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
     }
 }
 
+/// `kubectl exec` in a Pod of the cluster that `kubeconfig` points at;
+/// returns (success, stdout), or on failure (false, stdout + stderr).
+/// kubectl's exec stream over the API server sometimes closes before the
+/// output arrives on this loaded machine ("closed all streams"); the
+/// commands the tests run are all safe to repeat, so that transport error
+/// alone is retried.
+pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) -> (bool, String) {
+    let mut attempts = 0;
+    loop {
+        let out = Command::new("kubectl")
+            .env("KUBECONFIG", kubeconfig)
+            .args(["--namespace", namespace, "exec", pod, "--"])
+            .args(command)
+            .output()
+            .expect("kubectl on PATH");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        attempts += 1;
+        if out.status.success() {
+            // kubectl's own warnings (websocket stream noise) go to stderr:
+            // a command that succeeded answers with its stdout alone.
+            return (true, stdout);
+        }
+        if !stderr.contains("closed all streams") || attempts == 3 {
+            return (false, format!("{stdout}{stderr}"));
+        }
+    }
+}
+
 /// On a cluster that outlives the test binary (kind), a test that passed
 /// removes its namespace, so that Pods do not pile up across runs (a failed
 /// test's stays, to be looked at). The local cluster dies with the binary.

@@ -16,7 +16,9 @@ use podkeeper::engine::pods::PodIdentity;
 use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
 use serde_json::json;
 
-use crate::harness::{TestEnv, hold_deployed_operator, is_ready, kubectl, owned_by, wait_for};
+use crate::harness::{
+    TestEnv, cluster, exec_in, hold_deployed_operator, is_ready, kubectl, owned_by, wait_for,
+};
 
 /// Stretched threefold on kind by the harness (see `harness::patience`).
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -59,27 +61,9 @@ async fn ready_pods(env: &TestEnv, name: &str, n: usize) -> Vec<Pod> {
     .await
 }
 
-/// `kubectl exec` in the Pod; returns (success, stdout), or on failure
-/// (false, stdout + stderr). kubectl's exec stream over the API server
-/// sometimes closes before the output arrives on this loaded machine ("closed
-/// all streams"); the commands here are all safe to repeat, so that transport
-/// error alone is retried.
+/// `kubectl exec` in the Pod (see [`exec_in`]).
 fn exec(env: &TestEnv, pod: &str, command: &[&str]) -> (bool, String) {
-    let mut args = vec!["exec", pod, "--"];
-    args.extend_from_slice(command);
-    let mut attempts = 0;
-    loop {
-        let (ok, out, err) = env.kubectl(&args);
-        attempts += 1;
-        if ok {
-            // kubectl's own warnings (websocket stream noise) go to stderr:
-            // a command that succeeded answers with its stdout alone.
-            return (ok, out);
-        }
-        if !err.contains("closed all streams") || attempts == 3 {
-            return (ok, format!("{out}{err}"));
-        }
-    }
+    exec_in(&cluster().kubeconfig_path, &env.namespace, pod, command)
 }
 
 fn redis_cli(env: &TestEnv, pod: &str, port: i32, command: &[&str]) -> String {

@@ -5,6 +5,8 @@ mod bench;
 mod bounds;
 mod cluster;
 mod dev;
+#[cfg(feature = "kind-e2e")]
+mod dev_kind;
 mod harness;
 mod hostile;
 mod inplace;
