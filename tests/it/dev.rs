@@ -135,7 +135,7 @@ async fn dev_serves_metrics_and_probes_on_free_loopback_ports_when_8080_is_busy(
     let log = logs_dir().join(format!("dev-{}.log", env.namespace));
     // With a kubeconfig configured, `dev` installs the CRDs there and runs
     // the operator against it; --namespace keeps it off other tests' objects.
-    let (mut dev, stdin, mut rx) = spawn_dev(
+    let (dev, stdin, mut rx) = spawn_dev(
         &["dev", "--exit-on-stdin-eof", "--namespace", &env.namespace],
         Some(&cluster().kubeconfig_path),
         &log,
@@ -160,16 +160,28 @@ async fn dev_serves_metrics_and_probes_on_free_loopback_ports_when_8080_is_busy(
         (s.ready_replicas == 2).then_some(())
     })
     .await;
-    let (code, body) = http_get(metrics, "/metrics").expect("metrics served");
-    assert_eq!(code, 200);
-    assert!(
-        body.contains(r#"podkeeper_pods_created_total{controller="redis"} 2"#),
-        "{body}"
-    );
+    assert_created(metrics, 2);
 
     // Closing stdin stops it, cleanly.
+    stop(dev, stdin, &log, TIMEOUT).await;
+}
+
+/// dev's /metrics counts `n` Redis Pods created.
+pub fn assert_created(metrics: u16, n: usize) {
+    let (code, body) = http_get(metrics, "/metrics").expect("dev serves /metrics");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(&format!(
+            r#"podkeeper_pods_created_total{{controller="redis"}} {n}"#
+        )),
+        "{body}"
+    );
+}
+
+/// Closes dev's stdin and waits for it to exit successfully.
+pub async fn stop(mut dev: Guard, stdin: std::process::ChildStdin, log: &Path, timeout: Duration) {
     drop(stdin);
-    let status = wait_for("dev to exit", TIMEOUT, || {
+    let status = wait_for("dev to exit", timeout, || {
         let status = dev.0.try_wait().ok().flatten();
         async move { status }
     })
@@ -177,6 +189,6 @@ async fn dev_serves_metrics_and_probes_on_free_loopback_ports_when_8080_is_busy(
     assert!(
         status.success(),
         "dev exited with {status}; log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        std::fs::read_to_string(log).unwrap_or_default()
     );
 }

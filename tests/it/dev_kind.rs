@@ -12,7 +12,7 @@ use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use podkeeper::crd::Redis;
 
-use crate::dev::{endpoints, spawn_dev};
+use crate::dev::{assert_created, endpoints, spawn_dev, stop};
 use crate::harness::{BIN, cluster, exec_in, http_get, logs_dir, wait_for};
 
 /// The cluster the first test creates for itself, and deletes.
@@ -78,7 +78,7 @@ async fn dev_kind_runs_the_operator_on_real_containers_where_redis_serves_and_re
     let log = logs_dir().join("dev-kind.log");
     // One node (the control plane, untainted) keeps the cluster as small as
     // a kind cluster gets; a user's default is two workers besides.
-    let (mut dev, stdin, mut rx) = spawn_dev(
+    let (dev, stdin, mut rx) = spawn_dev(
         &[
             "dev",
             "--kind",
@@ -157,25 +157,10 @@ async fn dev_kind_runs_the_operator_on_real_containers_where_redis_serves_and_re
         },
     )
     .await;
-    let (code, body) = http_get(metrics, "/metrics").expect("dev serves /metrics");
-    assert_eq!(code, 200);
-    assert!(
-        body.contains(r#"podkeeper_pods_created_total{controller="redis"} 3"#),
-        "{body}"
-    );
+    assert_created(metrics, 3);
 
     // Stopping dev stops the operator and keeps the cluster, as it says.
-    drop(stdin);
-    let status = wait_for("dev to exit", Duration::from_secs(60), || {
-        let status = dev.0.try_wait().ok().flatten();
-        async move { status }
-    })
-    .await;
-    assert!(
-        status.success(),
-        "dev exited with {status}; log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    stop(dev, stdin, &log, Duration::from_secs(60)).await;
     assert!(kind_clusters().iter().any(|c| c == OWN_CLUSTER));
 }
 
