@@ -310,11 +310,7 @@ where
             (updated, "ServiceUpdated", "Updated"),
         ] {
             if !names.is_empty() {
-                let what = if names.len() == 1 {
-                    "Service"
-                } else {
-                    "Services"
-                };
+                let what = super::service::services_noun(names.len());
                 self.executor
                     .event(
                         owner,

@@ -206,11 +206,7 @@ pub async fn cleanup_services(
     }
     if !deleted.is_empty() {
         deleted.sort();
-        let what = if deleted.len() == 1 {
-            "Service"
-        } else {
-            "Services"
-        };
+        let what = services_noun(deleted.len());
         ctx.executor
             .event(
                 owner,
@@ -326,6 +322,11 @@ impl Extras<Application> for ServiceExtras {
         }
         Ok(gone)
     }
+}
+
+/// "Service" or "Services", for an Event naming `n` of them.
+pub fn services_noun(n: usize) -> &'static str {
+    if n == 1 { "Service" } else { "Services" }
 }
 
 #[cfg(test)]
