@@ -80,6 +80,9 @@ fn replicaset_settled(r: &ReplicaSet, replicas: usize) -> bool {
         s.replicas == replicas as i32
             && s.ready_replicas == Some(replicas as i32)
             && s.observed_generation == r.metadata.generation
+            // As for a Redis: the status has seen its terminating Pods go
+            // (`terminatingReplicas`, on by default since Kubernetes 1.35).
+            && s.terminating_replicas.unwrap_or(0) == 0
     })
 }
 
@@ -159,6 +162,7 @@ struct Bench {
     pods: Clock<Pod>,
     redis: Clock<Redis>,
     replicasets: Clock<ReplicaSet>,
+    services: Clock<Service>,
     audit: PathBuf,
     objects: usize,
     replicas: usize,
@@ -253,6 +257,10 @@ fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
     }
     serde_json::to_value(template).expect("a template serializes")
 }
+
+/// A Redis's Services (`<name>`, `<name>-replicas`), which the bench gives
+/// each ReplicaSet too.
+const SERVICES_PER_OBJECT: usize = 2;
 
 fn replicaset_services(i: usize) -> Vec<serde_json::Value> {
     [("", "primary"), ("-replicas", "replica")]
@@ -437,6 +445,17 @@ impl Bench {
         .await?;
         let (exist, ready, phases) = pods_converged(&self.pods, &c.namespace, n * r, start).await?;
         let status = owners_settled(owners, &c.namespace, n, |o| (c.settled)(o, r)).await?;
+        // The stage ends once the Services exist too, so that no contender's
+        // Service writes run on into the next stage (they did: podkeeper's
+        // applies of rounds 2 and 3 overlapped its scale-down).
+        let ns = c.namespace.as_str();
+        let want = n * SERVICES_PER_OBJECT;
+        let services = self
+            .services
+            .until(&format!("{want} Services in {ns}"), TIMEOUT, |st| {
+                (st.in_namespace(ns).count() == want).then(Instant::now)
+            })
+            .await?;
         Ok(Convergence {
             name: c.name.into(),
             role: c.role,
@@ -445,6 +464,7 @@ impl Bench {
             all_exist_s: exist,
             all_ready_s: ready,
             status_ready_s: Some(status.duration_since(start).as_secs_f64()),
+            services_s: Some(services.duration_since(start).as_secs_f64()),
             requests: self.audit_count(mark, c.agent),
             phases,
         })
@@ -642,6 +662,7 @@ impl Bench {
             all_exist_s: exist,
             all_ready_s: ready,
             status_ready_s: None,
+            services_s: None,
             requests: Default::default(),
             phases,
         })
@@ -684,6 +705,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
         pods: Clock::start(Api::all(client.clone()), pod_bound, pod_is_ready).await?,
         redis: Clock::start(Api::all(client.clone()), never, never).await?,
         replicasets: Clock::start(Api::all(client.clone()), never, never).await?,
+        services: Clock::start(Api::all(client.clone()), never, never).await?,
         audit: cluster
             .audit_log_path()
             .ok_or_else(|| other("the audit log is off"))?,
@@ -954,5 +976,11 @@ mod tests {
         {
             assert_eq!(c["labelSelector"], json!({"matchLabels": {"bench": "r7"}}));
         }
+        let owner = crate::engine::executor::Owner::of(&redis, "Redis");
+        assert_eq!(
+            crate::controller::redis::desired_services(&redis, &owner).len(),
+            SERVICES_PER_OBJECT
+        );
+        assert_eq!(replicaset_services(7).len(), SERVICES_PER_OBJECT);
     }
 }

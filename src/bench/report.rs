@@ -29,6 +29,10 @@ pub struct Convergence {
     pub all_ready_s: f64,
     /// Every owner's status shows its Pods ready (controllers only).
     pub status_ready_s: Option<f64>,
+    /// Every owner's Services exist (controllers only): podkeeper applies a
+    /// Redis's two Services itself, beside its Pods; the bench's driver
+    /// creates the ReplicaSet's before it waits for any Pod.
+    pub services_s: Option<f64>,
     /// The controller's API requests during the stage, by verb and resource.
     pub requests: BTreeMap<String, u64>,
     /// Where each Pod's time went, as the watch saw it.
@@ -211,14 +215,15 @@ fn markdown(r: &Report) -> String {
             .iter()
             .find(|t| t.role == role && t.round == round)
     };
-    out.push_str("### Convergence\n\n| contender | all Pods exist (s) | all Pods Ready (s) | every status ready (s) | controller's requests |\n|---|---|---|---|---|\n");
+    out.push_str("### Convergence\n\n| contender | all Pods exist (s) | all Pods Ready (s) | every status ready (s) | every Service exists (s) | controller's requests |\n|---|---|---|---|---|---|\n");
     for s in &r.convergence {
         out.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {} | {} |\n",
+            "| {} | {:.2} | {:.2} | {} | {} | {} |\n",
             label(&s.name, s.round),
             s.all_exist_s,
             s.all_ready_s,
             opt(s.status_ready_s),
+            opt(s.services_s),
             requests_summary(&s.requests)
         ));
     }
@@ -355,8 +360,8 @@ fn markdown(r: &Report) -> String {
             per(t.map(|t| &t.delete_requests)),
         ));
     }
-    out.push_str("\n### podkeeper / ReplicaSet, per round (below 1: podkeeper faster)\n\n| round | all Pods exist | all Pods Ready | every status ready | scale down | delete all |\n|---|---|---|---|---|---|\n");
-    let mut columns: [Vec<f64>; 5] = Default::default();
+    out.push_str("\n### podkeeper / ReplicaSet, per round (below 1: podkeeper faster)\n\n| round | all Pods exist | all Pods Ready | every status ready | every Service exists | scale down | delete all |\n|---|---|---|---|---|---|---|\n");
+    let mut columns: [Vec<f64>; 6] = Default::default();
     for round in 1..=r.rounds.max(1) {
         let (Some(pk), Some(rs)) = (find(Role::Podkeeper, round), find(Role::ReplicaSet, round))
         else {
@@ -366,6 +371,7 @@ fn markdown(r: &Report) -> String {
             pk.all_exist_s / rs.all_exist_s,
             pk.all_ready_s / rs.all_ready_s,
             pk.status_ready_s.unwrap_or(f64::NAN) / rs.status_ready_s.unwrap_or(f64::NAN),
+            pk.services_s.unwrap_or(f64::NAN) / rs.services_s.unwrap_or(f64::NAN),
         ];
         match (
             teardown(Role::Podkeeper, round),

@@ -284,7 +284,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 now,
             });
             let deferred = inner
-                .write_status(obj, obj.current_status(), &status)
+                .write_status(obj, obj.current_status(), &status, false)
                 .await?;
             return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
@@ -345,7 +345,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         now,
     });
     let deferred = inner
-        .write_status(obj, obj.current_status(), &status)
+        .write_status(obj, obj.current_status(), &status, plan.complete)
         .await?;
     if let Some(f) = failure {
         return Err(Error::Step(f));
