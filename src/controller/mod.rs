@@ -177,8 +177,12 @@ impl Context {
     /// Events. A refused delete is an error, retried with backoff.
     pub async fn delete_all_pods(&self, owner: &Owner) -> Result<(), Error> {
         // Expectations before the snapshot: a create seen after it is
-        // still counted as unseen, never missed.
+        // still counted as unseen, never missed; a Pod whose delete was
+        // sent but is not yet seen terminating is not deleted again (the
+        // pass that the Service's deletion or a Pod event starts came
+        // within ms of the first: a third of the Pods got two deletes).
         let unseen_creates = self.executor.expectations.pending_creates(&owner.key);
+        let deleting = self.executor.expectations.pending_deletes(&owner.key);
         let mut pods = self.observed(owner);
         if pods.is_empty() && unseen_creates == 0 {
             self.executor
@@ -196,7 +200,7 @@ impl Context {
         pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
         let to_delete: Vec<_> = pods
             .iter()
-            .filter(|p| !p.terminating)
+            .filter(|p| !p.terminating && !deleting.contains(&p.uid))
             .map(|p| victim(p, DeleteReason::Cleanup))
             .collect();
         if !to_delete.is_empty() {
@@ -208,7 +212,7 @@ impl Context {
                     "Cleanup",
                     "Cleanup",
                     format!(
-                        "{} before the {} is removed ({} already terminating)",
+                        "{} before the {} is removed ({} already being deleted)",
                         summary("Deleting", &names),
                         owner.reference.kind,
                         pods.len() - to_delete.len()

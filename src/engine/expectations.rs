@@ -239,6 +239,22 @@ impl Expectations {
             .unwrap_or(0)
     }
 
+    /// The uids of Pods deleted and not yet seen terminating or gone, for
+    /// cleanup: a second pass before the watch catches up must not delete
+    /// them again.
+    pub fn pending_deletes(&self, owner: &OwnerKey) -> std::collections::HashSet<String> {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(owner)
+            .map(|p| {
+                p.deletes
+                    .iter()
+                    .filter(|(_, s)| s.live())
+                    .map(|(uid, _)| uid.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Forgets an owner once it is gone.
     pub fn forget(&self, owner: &OwnerKey) {
         self.inner
@@ -280,6 +296,22 @@ mod tests {
         );
         e.observe(&key(), "r-other", "uid-1", true);
         assert!(e.satisfied(&key()));
+    }
+
+    #[test]
+    fn pending_deletes_name_what_the_watch_has_yet_to_show_terminating() {
+        let e = Expectations::default();
+        assert!(e.pending_deletes(&key()).is_empty());
+        e.expect_delete(&key(), "uid-1");
+        e.expect_delete(&key(), "uid-2");
+        e.delete_confirmed(&key(), "uid-1");
+        e.observe(&key(), "r-b", "uid-2", true);
+        assert_eq!(
+            e.pending_deletes(&key()),
+            std::collections::HashSet::from(["uid-1".to_string()])
+        );
+        e.delete_failed(&key(), "uid-1");
+        assert!(e.pending_deletes(&key()).is_empty());
     }
 
     #[test]
