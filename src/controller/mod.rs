@@ -106,13 +106,37 @@ struct Written {
     at_rest: bool,
 }
 
-/// Whether a status write after `last` waits for [`STATUS_INTERVAL`]: only
-/// for the same generation, within the interval, and not when it brings the
-/// object to rest.
-fn deferred(last: &Written, generation: Option<i64>, at_rest: bool) -> bool {
-    last.generation == generation
-        && last.at.elapsed() < STATUS_INTERVAL
-        && (last.at_rest || !at_rest)
+/// How an object's status may be paced: what the status about to be
+/// written describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Pods are being created, made Ready or replaced: at most one write
+    /// per [`STATUS_INTERVAL`].
+    Changing,
+    /// Everything is as asked except Pods still terminating (the tail of a
+    /// scale-down or rollout): only their count would change, so at most
+    /// one write per [`DRAIN_INTERVAL`]; the status of their end comes at
+    /// once ([`Pace::AtRest`]).
+    Draining,
+    /// At rest: the write that brings the object here is never deferred;
+    /// changes at rest (replication flapping) are paced again.
+    AtRest,
+}
+
+/// How long a status write after `last` waits, if it does: never for a new
+/// generation or for the write that brings the object to rest.
+fn deferred(last: &Written, generation: Option<i64>, pace: Pace) -> Option<Duration> {
+    if last.generation != generation || (pace == Pace::AtRest && !last.at_rest) {
+        return None;
+    }
+    let interval = if pace == Pace::Draining {
+        DRAIN_INTERVAL
+    } else {
+        STATUS_INTERVAL
+    };
+    interval
+        .checked_sub(last.at.elapsed())
+        .filter(|d| !d.is_zero())
 }
 
 /// Our last status write, when the object at hand predates it.
@@ -142,6 +166,11 @@ fn with_status<K: Serialize + DeserializeOwned>(obj: &K, status: serde_json::Val
 /// `kubectl rollout`-style clients wait out the interval (the benchmark saw
 /// scale-downs finish 1 s late for most objects).
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The pace of status writes while only terminating Pods are left: each
+/// custom-resource write costs the API server more than a built-in one, and
+/// the benchmark's scale-down wrote one per object for each Pod that went.
+pub const DRAIN_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Context {
     pub fn new(client: Client, executor: Executor, pods: pod_watch::PodCache) -> Arc<Self> {
@@ -267,14 +296,13 @@ impl Context {
     /// changed, with `null` for fields that no longer apply
     /// ([`status_patch::diff`]). Returns `Some(wait)` when the write is
     /// deferred by [`STATUS_INTERVAL`]: the caller requeues after `wait`.
-    /// `at_rest` says that `status` describes the object at rest; the write
-    /// that brings it there is never deferred.
+    /// `pace` says what `status` describes ([`Pace`]).
     pub async fn write_status<K, S>(
         &self,
         obj: &K,
         current: Option<&S>,
         status: &S,
-        at_rest: bool,
+        pace: Pace,
     ) -> Result<Option<Duration>, Error>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -295,10 +323,11 @@ impl Context {
         let Some(patch) = status_patch::diff(&serde_json::to_value(current)?, &wanted) else {
             return Ok(None);
         };
-        if let Some(w) = &last
-            && deferred(w, meta.generation, at_rest)
+        if let Some(wait) = last
+            .as_ref()
+            .and_then(|w| deferred(w, meta.generation, pace))
         {
-            return Ok(Some(STATUS_INTERVAL - w.at.elapsed()));
+            return Ok(Some(wait));
         }
         tracing::debug!(object = ?meta.name, %patch, "writing status");
         let api: Api<K> = Api::namespaced(
@@ -330,7 +359,7 @@ impl Context {
                         status: wanted,
                         generation: meta.generation,
                         at: std::time::Instant::now(),
-                        at_rest,
+                        at_rest: pace == Pace::AtRest,
                     },
                 );
             }
@@ -480,17 +509,33 @@ mod tests {
             at_rest,
         };
         let now = Duration::ZERO;
+        let waits = |d: Option<Duration>, at_least: Duration| d.is_some_and(|d| d > at_least);
         // Changing, then changing again: one write per interval.
-        assert!(deferred(&last(false, now), Some(2), false));
+        assert!(waits(
+            deferred(&last(false, now), Some(2), Pace::Changing),
+            Duration::from_millis(900)
+        ));
         // The write that brings the object to rest goes at once.
-        assert!(!deferred(&last(false, now), Some(2), true));
+        assert_eq!(deferred(&last(false, now), Some(2), Pace::AtRest), None);
         // At rest, changes (replication flapping, say) are paced again.
-        assert!(deferred(&last(true, now), Some(2), true));
-        assert!(deferred(&last(true, now), Some(2), false));
+        assert!(deferred(&last(true, now), Some(2), Pace::AtRest).is_some());
+        assert!(deferred(&last(true, now), Some(2), Pace::Changing).is_some());
         // A new generation is acknowledged at once.
-        assert!(!deferred(&last(false, now), Some(3), false));
-        // Once the interval is over, nothing waits.
-        assert!(!deferred(&last(true, STATUS_INTERVAL), Some(2), false));
+        assert_eq!(deferred(&last(false, now), Some(3), Pace::Changing), None);
+        // Once the interval is over, nothing waits...
+        assert_eq!(
+            deferred(&last(true, STATUS_INTERVAL), Some(2), Pace::Changing),
+            None
+        );
+        // ...but Pods going one by one after a scale-down wait longer.
+        assert!(waits(
+            deferred(&last(false, STATUS_INTERVAL), Some(2), Pace::Draining),
+            Duration::from_secs(3)
+        ));
+        assert_eq!(
+            deferred(&last(false, DRAIN_INTERVAL), Some(2), Pace::Draining),
+            None
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::{Context, Error, FINALIZER, next_action};
+use super::{Context, Error, FIELD_MANAGER, FINALIZER, Pace, next_action};
 use crate::engine::ObservedPod;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Failure, Outcome, Owner, summary};
@@ -227,7 +227,11 @@ async fn with_finalizer<K: PodSet>(api: &Api<K>, obj: Arc<K>) -> Result<Arc<K>, 
     let updated = api
         .patch(
             &name,
-            &PatchParams::default(),
+            // Named, so that managedFields say who added it (not "unknown").
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
             &Patch::Json::<()>(serde_json::from_value(ops)?),
         )
         .await
@@ -284,7 +288,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 now,
             });
             let deferred = inner
-                .write_status(obj, obj.current_status(), &status, false)
+                .write_status(obj, obj.current_status(), &status, Pace::Changing)
                 .await?;
             return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
@@ -345,7 +349,12 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         now,
     });
     let deferred = inner
-        .write_status(obj, obj.current_status(), &status, plan.complete)
+        .write_status(
+            obj,
+            obj.current_status(),
+            &status,
+            pace(&spec.desired, &plan),
+        )
         .await?;
     if let Some(f) = failure {
         return Err(Error::Step(f));
@@ -358,6 +367,25 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         (a, b) => a.or(b),
     };
     Ok(next_action(true, recheck))
+}
+
+/// What the status about to be written describes, for its pacing.
+fn pace(desired: &Desired, plan: &Plan) -> Pace {
+    let c = plan.counts;
+    if plan.complete {
+        Pace::AtRest
+    } else if c.terminating > 0
+        && plan.create == 0
+        && plan.delete.is_empty()
+        && plan.in_place.is_empty()
+        && c.replicas == desired.replicas.max(0)
+        && c.updated == c.replicas
+        && c.available == c.replicas
+    {
+        Pace::Draining
+    } else {
+        Pace::Changing
+    }
 }
 
 async fn act(ctx: &Context, owner: &Owner, template: &PodTemplateSpec, plan: &Plan) -> Outcome {
@@ -422,4 +450,40 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
     }
     inner.delete_all_pods(&owner).await?;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::plan::Strategy;
+
+    fn desired(replicas: i32) -> Desired {
+        Desired {
+            replicas,
+            revision: "r1".into(),
+            strategy: Strategy::Recreate,
+            min_ready_seconds: 0,
+            paused: false,
+            in_place: None,
+        }
+    }
+
+    #[test]
+    fn only_the_tail_of_a_scale_down_is_paced_as_draining() {
+        use crate::engine::pods::test_support::pod;
+        let now = Timestamp::from_second(1_000).unwrap();
+        let ready = |name: &str| pod(name, "r1", 100);
+        let mut going = ready("c");
+        going.terminating = true;
+        // Scaled to 2, one Pod still terminating: only its end is left.
+        let pods = vec![ready("a"), ready("b"), going.clone()];
+        let p = plan(&desired(2), &pods, now);
+        assert_eq!(pace(&desired(2), &p), Pace::Draining);
+        // Once it is gone, at rest.
+        let p = plan(&desired(2), &pods[..2], now);
+        assert_eq!(pace(&desired(2), &p), Pace::AtRest);
+        // Still short of Pods: changing, terminating or not.
+        let p = plan(&desired(3), &pods, now);
+        assert_eq!(pace(&desired(3), &p), Pace::Changing);
+    }
 }
