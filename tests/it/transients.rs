@@ -923,3 +923,47 @@ async fn a_deletion_whose_service_deletes_are_answered_500_waits_and_then_comple
     recorder.check().assert_held("Service deletes answered 500");
     op.assert_running();
 }
+
+#[tokio::test]
+async fn a_deletion_whose_pod_deletes_are_refused_waits_and_then_completes() {
+    let env = TestEnv::new("cleanup-refused").await;
+    let mut op = env.start_operator();
+    let recorder = crate::bounds::Recorder::start(&env).await;
+    let uid = create_redis(&env, "kept", 2).await.uid().unwrap();
+    let pods = converged(&env, "kept", 2).await;
+    let policy = Policy::refuse(&env, "DELETE").await;
+    deletes_refused(&env, &pods[0].name_any(), true).await;
+
+    let api: Api<Redis> = env.api();
+    api.delete("kept", &DeleteParams::default()).await.unwrap();
+    let events: Api<Event> = env.api();
+    wait_for("a FailedDelete Event", TIMEOUT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter()
+            .any(|e| e.reason.as_deref() == Some("FailedDelete"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        live_pods(&env, &uid).await.len(),
+        2,
+        "a refused delete leaves its Pod running"
+    );
+    assert!(
+        api.get_opt("kept").await.unwrap().is_some(),
+        "the Redis stays until its Pods are gone"
+    );
+
+    // Cleanup forgets the refused deletes, so its retries send them again.
+    policy.remove().await;
+    deletes_refused(&env, &pods[0].name_any(), false).await;
+    wait_for("the Redis and its Pods gone", TIMEOUT, || async {
+        let redis_gone = api.get_opt("kept").await.ok()?.is_none();
+        (redis_gone && live_pods(&env, &uid).await.is_empty()).then_some(())
+    })
+    .await;
+    recorder
+        .check()
+        .assert_held("Pod deletes refused during cleanup");
+    op.assert_running();
+}
