@@ -210,10 +210,9 @@ impl Context {
         // sent but is not yet seen terminating is not deleted again (the
         // pass that the Service's deletion or a Pod event starts came
         // within ms of the first: a third of the Pods got two deletes).
-        let unseen_creates = self.executor.expectations.pending_creates(&owner.key);
-        let deleting = self.executor.expectations.pending_deletes(&owner.key);
+        let unseen = self.executor.expectations.unseen(&owner.key);
         let mut pods = self.observed(owner);
-        if pods.is_empty() && unseen_creates == 0 {
+        if pods.is_empty() && unseen.creates == 0 {
             self.executor
                 .event(
                     owner,
@@ -229,7 +228,7 @@ impl Context {
         pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
         let to_delete: Vec<_> = pods
             .iter()
-            .filter(|p| !p.terminating && !deleting.contains(&p.uid))
+            .filter(|p| !p.terminating && !unseen.deletes.contains(&p.uid))
             .map(|p| victim(p, DeleteReason::Cleanup))
             .collect();
         if !to_delete.is_empty() {
@@ -261,7 +260,7 @@ impl Context {
             }
         }
         Err(Error::CleanupPending {
-            remaining: pods.len().max(unseen_creates),
+            remaining: pods.len().max(unseen.creates),
         })
     }
 
@@ -294,9 +293,9 @@ impl Context {
     /// there in `current`: the status of the object as [`Self::freshest`]
     /// gives it (ours when the cache lags). The write is a merge patch of what
     /// changed, with `null` for fields that no longer apply
-    /// ([`status_patch::diff`]). Returns `Some(wait)` when the write is
-    /// deferred by [`STATUS_INTERVAL`]: the caller requeues after `wait`.
-    /// `pace` says what `status` describes ([`Pace`]).
+    /// ([`status_patch::diff`]). `pace` says what `status` describes; returns
+    /// `Some(wait)` when the write is deferred by its pace ([`Pace`]): the
+    /// caller requeues after `wait`.
     pub async fn write_status<K, S>(
         &self,
         obj: &K,

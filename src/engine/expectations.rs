@@ -50,6 +50,14 @@ impl Sent {
     }
 }
 
+/// Creates and deletes sent for an owner and not yet seen
+/// ([`Expectations::unseen`]).
+#[derive(Debug, Default)]
+pub struct Unseen {
+    pub creates: usize,
+    pub deletes: std::collections::HashSet<String>,
+}
+
 #[derive(Default)]
 struct Pending {
     creates: HashMap<String, Sent>,
@@ -231,28 +239,24 @@ impl Expectations {
         done
     }
 
-    /// Number of creates still unseen, for cleanup (a Pod may still appear).
-    pub fn pending_creates(&self, owner: &OwnerKey) -> usize {
+    /// What cleanup must not miss or repeat, read under one lock: how many
+    /// creates are still unseen (a Pod may still appear) and the uids of
+    /// Pods deleted but not yet seen terminating or gone (a second pass
+    /// before the watch catches up must not delete them again).
+    pub fn unseen(&self, owner: &OwnerKey) -> Unseen {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(owner)
-            .map(|p| p.creates.values().filter(|s| s.live()).count())
-            .unwrap_or(0)
-    }
-
-    /// The uids of Pods deleted and not yet seen terminating or gone, for
-    /// cleanup: a second pass before the watch catches up must not delete
-    /// them again.
-    pub fn pending_deletes(&self, owner: &OwnerKey) -> std::collections::HashSet<String> {
-        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(owner)
-            .map(|p| {
-                p.deletes
-                    .iter()
-                    .filter(|(_, s)| s.live())
-                    .map(|(uid, _)| uid.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        let Some(p) = map.get(owner) else {
+            return Unseen::default();
+        };
+        Unseen {
+            creates: p.creates.values().filter(|s| s.live()).count(),
+            deletes: p
+                .deletes
+                .iter()
+                .filter(|(_, s)| s.live())
+                .map(|(uid, _)| uid.clone())
+                .collect(),
+        }
     }
 
     /// Forgets an owner once it is gone.
@@ -286,7 +290,7 @@ mod tests {
         e.expect_create(&key(), "r-abcde");
         e.expect_delete(&key(), "uid-1");
         assert!(!e.satisfied(&key()));
-        assert_eq!(e.pending_creates(&key()), 1);
+        assert_eq!(e.unseen(&key()).creates, 1);
         e.observe(&key(), "r-abcde", "uid-new", false);
         assert!(!e.satisfied(&key()), "the delete is still unseen");
         e.observe(&key(), "r-other", "uid-1", false);
@@ -299,19 +303,19 @@ mod tests {
     }
 
     #[test]
-    fn pending_deletes_name_what_the_watch_has_yet_to_show_terminating() {
+    fn unseen_deletes_name_what_the_watch_has_yet_to_show_terminating() {
         let e = Expectations::default();
-        assert!(e.pending_deletes(&key()).is_empty());
+        assert!(e.unseen(&key()).deletes.is_empty());
         e.expect_delete(&key(), "uid-1");
         e.expect_delete(&key(), "uid-2");
         e.delete_confirmed(&key(), "uid-1");
         e.observe(&key(), "r-b", "uid-2", true);
         assert_eq!(
-            e.pending_deletes(&key()),
+            e.unseen(&key()).deletes,
             std::collections::HashSet::from(["uid-1".to_string()])
         );
         e.delete_failed(&key(), "uid-1");
-        assert!(e.pending_deletes(&key()).is_empty());
+        assert!(e.unseen(&key()).deletes.is_empty());
     }
 
     #[test]
