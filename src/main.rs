@@ -1,6 +1,13 @@
 use clap::Parser;
 use podkeeper::cli::{Cli, Command};
 
+/// mimalloc instead of glibc's malloc: a profile of the operator scaling
+/// down 200 Redis spent a quarter of its CPU in glibc's malloc and free
+/// (`malloc_consolidate` among them), decoding watch events and building
+/// requests (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
