@@ -12,7 +12,7 @@ mod pki;
 pub mod versions;
 
 pub use binaries::{Binaries, cache_root, ensure_binaries};
-pub use cluster::{ClusterOptions, LocalCluster};
+pub use cluster::{ClusterOptions, LocalCluster, POD_CIDR};
 
 /// Why the local control plane could not be built or started.
 #[derive(Debug, thiserror::Error)]

@@ -51,7 +51,30 @@ async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
     .await;
     let node = ready.spec.unwrap().node_name.unwrap();
     assert!(node.starts_with("kwok-node-"), "scheduled onto {node}");
-    assert_eq!(ready.status.unwrap().phase.as_deref(), Some("Running"));
+    let status = ready.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+
+    // Nothing listens at a kwok Pod's IP, and a connection to it (the
+    // operator's Redis rounds make them) must stay on this machine: the
+    // cluster's `unreachable` route refuses it at once, where the default
+    // route took it to whatever answers off the machine.
+    let ip = status.pod_ip.unwrap();
+    let started = Instant::now();
+    let connect = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect((ip.as_str(), 6379)),
+    )
+    .await;
+    let refused_here =
+        matches!(&connect, Ok(Err(e)) if e.kind() == std::io::ErrorKind::HostUnreachable);
+    assert!(
+        refused_here,
+        "a connection to the kwok Pod IP {ip} was not refused on this machine \
+         ({connect:?} after {:?}); the local cluster adds `ip route add unreachable \
+         {}` at start, which needs root",
+        started.elapsed(),
+        podkeeper::localcluster::POD_CIDR
+    );
 }
 
 #[tokio::test]
