@@ -104,16 +104,17 @@ pub trait Extras<K>: Send + Sync + 'static {
     type Report: Send + Sync;
     /// What [`Extras::steer`] hands to [`Extras::apply`].
     type Steer: Default + Send + Sync;
-    /// Runs before the engine acts on `plan` (made from `pods`), on every
-    /// reconcile of a valid spec whose expectations are satisfied: it may
-    /// change which Pods the plan deletes (Redis keeps its primary until it
-    /// has handed the role over).
+    /// Runs before the engine acts on `plan` (made from `desired` and
+    /// `pods`), on every reconcile of a valid spec whose expectations are
+    /// satisfied: it may change which Pods the plan deletes (Redis keeps its
+    /// primary until it has handed the role over).
     /// Default: nothing.
     fn steer(
         &self,
         _obj: &K,
         _ctx: &Context,
         _owner: &Owner,
+        _desired: &Desired,
         _pods: &[ObservedPod],
         _plan: &mut Plan,
     ) -> impl Future<Output = Self::Steer> + Send {
@@ -301,7 +302,10 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     // event that completes them reconciles again, as the engine's own step.
     let steer = if satisfied {
         let steering = Instant::now();
-        let steer = ctx.extras.steer(obj, inner, &owner, &pods, &mut plan).await;
+        let steer = ctx
+            .extras
+            .steer(obj, inner, &owner, &spec.desired, &pods, &mut plan)
+            .await;
         tracing::debug!(steer_ms = steering.elapsed().as_millis() as u64, "steered");
         steer
     } else {

@@ -27,7 +27,7 @@ use crate::crd::redis::{MemberStatus, PrimaryStatus};
 use crate::engine::ObservedPod;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Failure, Owner, api_message};
-use crate::engine::plan::Plan;
+use crate::engine::plan::{Desired, Plan};
 use crate::replication::act::{self, Memory, PodRef};
 use crate::replication::api::ROLE_LABEL;
 use crate::replication::client::{Access, Route, Timeouts};
@@ -333,6 +333,7 @@ impl Extras<Redis> for ReplicationExtras {
         redis: &Redis,
         ctx: &Context,
         owner: &Owner,
+        desired: &Desired,
         observed: &[ObservedPod],
         plan: &mut Plan,
     ) -> Replication {
@@ -344,20 +345,11 @@ impl Extras<Redis> for ReplicationExtras {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
             });
-        let desired = crate::controller::podset::PodSet::pod_set(redis)
-            .ok()
-            .map(|s| s.desired);
-        let current_revision = desired
-            .as_ref()
-            .map(|d| d.revision.clone())
-            .unwrap_or_default();
         // The recorded primary is never deleted nor updated in place by the
         // engine: another Pod goes instead, or it is handed over first.
         let spare = |plan: &mut Plan, pod: &str| {
-            let deleted = spare_primary(plan, observed, pod, &current_revision);
-            let updated = desired
-                .as_ref()
-                .is_some_and(|d| spare_primary_in_place(plan, observed, pod, d));
+            let deleted = spare_primary(plan, observed, pod, &desired.revision);
+            let updated = spare_primary_in_place(plan, observed, pod, desired);
             deleted || updated
         };
         let held_back = recorded.as_ref().is_some_and(|r| spare(plan, &r.pod));
