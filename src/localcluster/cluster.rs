@@ -663,11 +663,16 @@ fn scheduler_args(kubeconfig: &str, options: &ClusterOptions) -> Vec<String> {
     args
 }
 
-/// The first address of the range kwok gives Pod IPs from (a /16).
-const POD_GATEWAY: &str = "10.244.0.1";
-/// That range: nothing answers there, and nothing sent there should leave
-/// the machine.
-pub const POD_CIDR: &str = "10.244.0.0/16";
+/// The first two octets of the /16 kwok gives Pod IPs from; both
+/// [`POD_CIDR`] and kwok's `--cidr` (the range's first address) come from it.
+macro_rules! pod_network {
+    () => {
+        "10.244"
+    };
+}
+/// The range kwok gives Pod IPs from: nothing answers there, and nothing
+/// sent there should leave the machine.
+pub const POD_CIDR: &str = concat!(pod_network!(), ".0.0/16");
 
 /// Nothing listens at a kwok Pod's IP, but the operator connects to its
 /// Redis members there. Without a route of their own, those connections
@@ -679,23 +684,23 @@ pub const POD_CIDR: &str = "10.244.0.0/16";
 /// place: other local clusters use the same range, and more specific routes
 /// (a kind cluster's per-node ones) still win over it.
 fn keep_pod_traffic_local() {
-    let out = std::process::Command::new("ip")
+    let failed = match std::process::Command::new("ip")
         .args(["route", "add", "unreachable", POD_CIDR])
-        .output();
-    match out {
+        .output()
+    {
         Ok(o) if o.status.success() => {
             eprintln!(
                 "podkeeper: added route `unreachable {POD_CIDR}`: connections to kwok Pod IPs stay on this machine"
-            )
+            );
+            return;
         }
-        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("File exists") => {}
-        Ok(o) => eprintln!(
-            "podkeeper: warning: cannot add route `unreachable {POD_CIDR}` ({}): connections to kwok Pod IPs (the operator's Redis rounds) follow the default route",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => eprintln!(
-            "podkeeper: warning: cannot run `ip route add unreachable {POD_CIDR}` ({e}): connections to kwok Pod IPs (the operator's Redis rounds) follow the default route"
-        ),
+        Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        Err(e) => e.to_string(),
+    };
+    if !failed.contains("File exists") {
+        eprintln!(
+            "podkeeper: warning: cannot add route `unreachable {POD_CIDR}` ({failed}): connections to kwok Pod IPs (the operator's Redis rounds) follow the default route"
+        );
     }
 }
 
@@ -707,7 +712,7 @@ fn kwok_args(kubeconfig: &str, stages: &Path) -> Vec<String> {
         // kwok renews each node's Lease, which the node lifecycle controller
         // takes as the heartbeat, so nodes never turn NotReady.
         "--node-lease-duration-seconds=40".into(),
-        format!("--cidr={POD_GATEWAY}/16"),
+        concat!("--cidr=", pod_network!(), ".0.1/16").into(),
         "--node-ip=10.0.0.1".into(),
     ]
 }
