@@ -5,6 +5,7 @@
 pub mod application;
 pub mod applier;
 pub mod conditions;
+pub mod lean_pod;
 pub mod pod_watch;
 pub mod podset;
 pub mod redis;
@@ -28,6 +29,7 @@ use serde::de::DeserializeOwned;
 use crate::engine::ObservedPod;
 use crate::engine::events::EventType;
 use crate::engine::executor::{Executor, Failure, Owner, summary};
+use crate::engine::metadata_only;
 use crate::engine::plan::{DeleteReason, victim};
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.
@@ -333,18 +335,18 @@ impl Context {
             self.client.clone(),
             meta.namespace.as_deref().unwrap_or_default(),
         );
-        let updated = api
-            .patch_status(
-                meta.name.as_deref().unwrap_or_default(),
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(serde_json::json!({ "status": patch })),
-            )
-            .await?;
+        let updated = metadata_only::patch_status(
+            &self.client,
+            &api,
+            meta.name.as_deref().unwrap_or_default(),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({ "status": patch })),
+        )
+        .await?;
         let rv = updated
-            .meta()
             .resource_version
             .as_deref()
             .and_then(|v| v.parse::<u64>().ok());

@@ -1,22 +1,23 @@
 //! The one Pod watch behind every controller.
 //!
 //! It lists and watches only Pods labelled `app.kubernetes.io/managed-by=
-//! podkeeper`, strips their managedFields before caching them, and for each
-//! event (deletions included, which kube-runtime's shared streams do not
-//! forward) it marks expectations observed and asks the owning controller to
-//! reconcile the owner.
+//! podkeeper`, decodes them without their managedFields ([`LeanPod`]), and
+//! for each event (deletions included, which kube-runtime's shared streams
+//! do not forward) it marks expectations observed and asks the owning
+//! controller to reconcile the owner.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tracing::{info, warn};
 
+use super::lean_pod::LeanPod;
 use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::{Application, GROUP, Redis};
 use crate::engine::expectations::Expectations;
@@ -88,7 +89,7 @@ pub fn start(
     expectations: Arc<Expectations>,
     routes: Routes,
 ) -> (PodCache, impl Future<Output = ()> + Send + 'static) {
-    let api: Api<Pod> = match namespace {
+    let api: Api<LeanPod> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
@@ -97,11 +98,7 @@ pub fn start(
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, config)
-            .default_backoff()
-            .modify(|pod: &mut Pod| {
-                pod.metadata.managed_fields = None;
-            }),
+        watcher(api, config).default_backoff().map_ok(plain_pods),
     );
     let by_owner: Arc<RwLock<OwnerIndex>> = Arc::default();
     let cache = PodCache {
@@ -172,6 +169,17 @@ pub fn start(
         }
     };
     (cache, driver)
+}
+
+/// The watch's event with the Pods [`LeanPod`] decoded.
+fn plain_pods(event: watcher::Event<LeanPod>) -> watcher::Event<Pod> {
+    match event {
+        watcher::Event::Apply(LeanPod(p)) => watcher::Event::Apply(p),
+        watcher::Event::Delete(LeanPod(p)) => watcher::Event::Delete(p),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(LeanPod(p)) => watcher::Event::InitApply(p),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// What routing needs of one Pod event: the Pod and its podkeeper owner.

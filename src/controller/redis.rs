@@ -196,49 +196,53 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     Ok(stamp(template))
 }
 
+/// The names of a Redis's two Services, primary's first.
+pub fn service_names(redis: &Redis) -> [String; 2] {
+    let name = redis.name_any();
+    [primary_service_name(&name), replicas_service_name(&name)]
+}
+
 /// The two Services of a Redis: `<name>` selects the primary (read-write),
 /// `<name>-replicas` the replicas (read-only; Services send traffic to
 /// ready Pods only). Owned by the Redis. Pure.
 pub fn desired_services(redis: &Redis, owner: &Owner) -> Vec<Service> {
     let name = redis.name_any();
-    [
-        (primary_service_name(&name), "primary"),
-        (replicas_service_name(&name), "replica"),
-    ]
-    .into_iter()
-    .map(|(service, role)| {
-        let mut selector = selector_labels(&name);
-        selector.insert(ROLE_LABEL.into(), role.into());
-        Service {
-            metadata: ObjectMeta {
-                name: Some(service),
-                namespace: Some(owner.namespace.clone()),
-                labels: Some(
-                    [
-                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-                        (INSTANCE_LABEL.to_string(), name.clone()),
-                        (NAME_LABEL.to_string(), "redis".to_string()),
-                    ]
-                    .into(),
-                ),
-                owner_references: Some(vec![owner.reference.clone()]),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                selector: Some(selector),
-                ports: Some(vec![ServicePort {
-                    name: Some("redis".into()),
-                    port: redis.spec.port,
-                    target_port: Some(IntOrString::String("redis".into())),
-                    protocol: Some("TCP".into()),
+    service_names(redis)
+        .into_iter()
+        .zip(["primary", "replica"])
+        .map(|(service, role)| {
+            let mut selector = selector_labels(&name);
+            selector.insert(ROLE_LABEL.into(), role.into());
+            Service {
+                metadata: ObjectMeta {
+                    name: Some(service),
+                    namespace: Some(owner.namespace.clone()),
+                    labels: Some(
+                        [
+                            (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+                            (INSTANCE_LABEL.to_string(), name.clone()),
+                            (NAME_LABEL.to_string(), "redis".to_string()),
+                        ]
+                        .into(),
+                    ),
+                    owner_references: Some(vec![owner.reference.clone()]),
                     ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            status: None,
-        }
-    })
-    .collect()
+                },
+                spec: Some(ServiceSpec {
+                    selector: Some(selector),
+                    ports: Some(vec![ServicePort {
+                        name: Some("redis".into()),
+                        port: redis.spec.port,
+                        target_port: Some(IntOrString::String("redis".into())),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                status: None,
+            }
+        })
+        .collect()
 }
 
 /// Keeps `primary` out of the engine's deletions. A scale-down takes the

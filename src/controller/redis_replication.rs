@@ -17,10 +17,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use super::applier::{ServiceApplier, changes};
+use super::applier::ServiceApplier;
 use super::podset::Extras;
-use super::redis::{desired_services, spare_primary, spare_primary_in_place};
-use super::service::{cleanup_services, owned_services};
+use super::redis::{desired_services, service_names, spare_primary, spare_primary_in_place};
+use super::service::{cleanup_services, owned_named, owned_services};
 use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::Redis;
 use crate::crd::redis::{MemberStatus, PrimaryStatus};
@@ -497,8 +497,12 @@ impl Extras<Redis> for ReplicationExtras {
     ) -> (Replication, Option<Failure>) {
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`super::applier`]).
-        let owned = owned_services(self.applier.services(), owner);
-        let changes = changes(desired_services(redis, owner), &owned);
+        let owned = owned_named(self.applier.services(), owner, &service_names(redis));
+        let changes = self
+            .applier
+            .changes(owner, redis.metadata.generation, &owned, || {
+                desired_services(redis, owner)
+            });
         steer.services_pending = changes.iter().map(|c| c.want.name_any()).collect();
         let failure = self.applier.step(owner, changes);
         (steer, failure)

@@ -11,11 +11,11 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Service, ServiceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::applier::{ServiceApplier, changes};
+use super::applier::ServiceApplier;
 use super::podset::Extras;
 use super::{Context, Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::crd::Application;
@@ -128,8 +128,23 @@ pub fn owned_services(services: &Store<Service>, owner: &Owner) -> Vec<Arc<Servi
         .collect()
 }
 
-fn live_service(services: &Store<Service>, owner: &Owner) -> Option<Arc<Service>> {
-    owned_services(services, owner).into_iter().next()
+/// The Services named `names` in the owner's namespace that `owner`
+/// controls, from the cache (a lookup per name, where
+/// [`owned_services`] scans every Service).
+pub fn owned_named(
+    services: &Store<Service>,
+    owner: &Owner,
+    names: &[String],
+) -> Vec<Arc<Service>> {
+    names
+        .iter()
+        .filter_map(|name| services.get(&ObjectRef::new(name).within(&owner.namespace)))
+        .filter(|s| {
+            s.owner_references()
+                .iter()
+                .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
+        })
+        .collect()
 }
 
 /// What a Service delete found.
@@ -259,25 +274,34 @@ impl Extras<Application> for ServiceExtras {
         _: (),
     ) -> (Network, Option<Failure>) {
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let live = live_service(self.applier.services(), owner);
-        let desired = desired_service(app, owner);
-        if desired.is_none() {
+        // The Service is named after the Application.
+        let owned = owned_named(
+            self.applier.services(),
+            owner,
+            std::slice::from_ref(&owner.name),
+        );
+        let live = owned.first().cloned();
+        if app.spec.service.is_none() {
             // No Service wanted: nothing of an earlier apply stands.
             self.applier.forget(&owner.reference.uid);
         }
-        match (desired, live) {
-            (Some(want), live) => {
+        match (app.spec.service.is_some(), live) {
+            (true, live) => {
                 // Applied beside the reconcile (see [`super::applier`]); the
                 // status shows the Service as the cache has it.
-                let owned: Vec<Arc<Service>> = live.iter().cloned().collect();
-                let failure = self.applier.step(owner, changes(vec![want], &owned));
+                let changes = self
+                    .applier
+                    .changes(owner, app.metadata.generation, &owned, || {
+                        desired_service(app, owner).into_iter().collect()
+                    });
+                let failure = self.applier.step(owner, changes);
                 let network = match live {
                     Some(live) => live.status.clone(),
                     None => self.kept(app),
                 };
                 (network, failure)
             }
-            (None, Some(live)) => match delete_service(&api, &live).await {
+            (false, Some(live)) => match delete_service(&api, &live).await {
                 Ok(_) => {
                     ctx.executor
                         .event(
@@ -305,7 +329,7 @@ impl Extras<Application> for ServiceExtras {
                     (self.kept(app), Some(failure(message)))
                 }
             },
-            (None, None) => (None, None),
+            (false, None) => (None, None),
         }
     }
 

@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 use super::events::{EventRecorder, EventType};
 use super::expectations::{Expectations, OwnerKey};
 use super::inplace::{self, Change, RESIZE_REFUSED_ANNOTATION};
+use super::metadata_only;
 use super::plan::{DeleteReason, Plan, Update, Victim};
 use crate::metrics::Metrics;
 
@@ -288,8 +289,8 @@ impl Executor {
             ..DeleteParams::default()
         };
         self.expectations.expect_delete(&owner.key, &victim.uid);
-        match api.delete(&victim.name, &params).await {
-            Ok(_) => {
+        match metadata_only::delete(&self.client, api, &victim.name, &params).await {
+            Ok(()) => {
                 self.expectations.delete_confirmed(&owner.key, &victim.uid);
                 self.metrics.pods_deleted(self.controller);
                 Ok(true)

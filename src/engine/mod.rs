@@ -11,6 +11,8 @@
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
+//! - [`metadata_only`]: deletes and status patches answered with metadata
+//!   only.
 //! - [`events`]: Events whose notes say what happened, with a flood budget.
 
 pub mod events;
@@ -18,6 +20,7 @@ pub mod executor;
 pub mod expectations;
 pub mod hash;
 pub mod inplace;
+pub mod metadata_only;
 pub mod plan;
 pub mod pods;
 pub mod rank;

@@ -1,0 +1,73 @@
+//! Writes whose answer podkeeper reads only the metadata of.
+//!
+//! The API server answers a Pod delete with the whole Pod and a status
+//! patch with the whole object; podkeeper needs nothing of the first and
+//! the resourceVersion of the second. Asked for `PartialObjectMetadata`
+//! (the same `Accept` header as kube's `*_metadata` calls), the API server
+//! encodes only the metadata and the operator decodes only that: in the
+//! benchmark's scale-down, decoding those answers was about 5 % of the
+//! operator's CPU, and the API server, which every contender shares,
+//! encoded a Pod or a Redis in full for each.
+
+use http::HeaderValue;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::core::Request;
+use kube::{Api, Client};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+const ACCEPT_METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// The metadata of an answer; the rest is skipped unread.
+#[derive(Deserialize)]
+struct Answer {
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+fn metadata_only(
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    verb: &'static str,
+) -> kube::Result<http::Request<Vec<u8>>> {
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    request.headers_mut().insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static(ACCEPT_METADATA),
+    );
+    // kube's own calls name their verb this way (for its tracing).
+    request.extensions_mut().insert(verb);
+    Ok(request)
+}
+
+/// Deletes `name`, as `Api::delete` does; refusals are the same
+/// `kube::Error::Api`. The answer (the object, or a Status once it is
+/// gone) is not decoded.
+pub async fn delete<K: kube::Resource>(
+    client: &Client,
+    api: &Api<K>,
+    name: &str,
+    params: &DeleteParams,
+) -> kube::Result<()> {
+    let request = Request::new(api.resource_url()).delete(name, params);
+    client
+        .request::<IgnoredAny>(metadata_only(request, "delete")?)
+        .await
+        .map(drop)
+}
+
+/// Patches the status subresource of `name`, as `Api::patch_status` does,
+/// and returns the metadata of the object it made.
+pub async fn patch_status<K: kube::Resource, P: serde::Serialize>(
+    client: &Client,
+    api: &Api<K>,
+    name: &str,
+    params: &PatchParams,
+    patch: &Patch<P>,
+) -> kube::Result<ObjectMeta> {
+    let request = Request::new(api.resource_url()).patch_subresource("status", name, params, patch);
+    let answer: Answer = client
+        .request(metadata_only(request, "patch_status")?)
+        .await?;
+    Ok(answer.metadata)
+}
