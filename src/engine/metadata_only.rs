@@ -1,7 +1,7 @@
 //! Writes whose answer podkeeper reads only the metadata of.
 //!
 //! The API server answers a Pod delete with the whole Pod and a status
-//! patch with the whole object; podkeeper needs nothing of the first and
+//! write with the whole object; podkeeper needs nothing of the first and
 //! the resourceVersion of the second. Asked for `PartialObjectMetadata`
 //! (the same `Accept` header as kube's `*_metadata` calls), the API server
 //! encodes only the metadata and the operator decodes only that: in the
@@ -11,7 +11,7 @@
 
 use http::HeaderValue;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::core::Request;
 use kube::{Api, Client};
 use serde::Deserialize;
@@ -56,18 +56,21 @@ pub async fn delete<K: kube::Resource>(
         .map(drop)
 }
 
-/// Patches the status subresource of `name`, as `Api::patch_status` does,
-/// and returns the metadata of the object it made.
-pub async fn patch_status<K: kube::Resource, P: serde::Serialize>(
+/// Replaces the status subresource of `name` with `body`'s, as
+/// `Api::replace_status` does, and returns the metadata of the object it
+/// made.
+pub async fn replace_status<K: kube::Resource>(
     client: &Client,
     api: &Api<K>,
     name: &str,
-    params: &PatchParams,
-    patch: &Patch<P>,
+    params: &PostParams,
+    body: &serde_json::Value,
 ) -> kube::Result<ObjectMeta> {
-    let request = Request::new(api.resource_url()).patch_subresource("status", name, params, patch);
+    let body = serde_json::to_vec(body).map_err(kube::Error::SerdeError)?;
+    let request =
+        Request::new(api.resource_url()).replace_subresource("status", name, params, body);
     let answer: Answer = client
-        .request(metadata_only(request, "patch_status")?)
+        .request(metadata_only(request, "replace_status")?)
         .await?;
     Ok(answer.metadata)
 }

@@ -601,7 +601,10 @@ fn apiserver_args(
         "--service-cluster-ip-range=10.96.0.0/16".into(),
         "--authorization-mode=Node,RBAC".into(),
         "--allow-privileged=true".into(),
-        "--profiling=false".into(),
+        // `kubectl get --raw '/debug/pprof/profile?seconds=7'` gives the API
+        // server's CPU profile (how BENCHMARKS.md compares what each
+        // controller's requests cost it); idle until asked.
+        "--profiling=true".into(),
         "--v=1".into(),
     ];
     if options.audit_log {
