@@ -11,7 +11,7 @@
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
-//! - [`metadata_only`]: deletes and status patches answered with metadata
+//! - [`metadata_only`]: deletes and status writes answered with metadata
 //!   only.
 //! - [`events`]: Events whose notes say what happened, with a flood budget.
 
