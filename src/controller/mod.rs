@@ -363,7 +363,6 @@ impl Context {
             "status": wanted,
         });
         let written_at = metadata_only::replace_status(
-            &self.client,
             &api,
             name,
             &PostParams {

@@ -121,9 +121,7 @@ pub fn owned_services(services: &Store<Service>, owner: &Owner) -> Vec<Arc<Servi
         .into_iter()
         .filter(|s| {
             s.metadata.namespace.as_deref() == Some(owner.namespace.as_str())
-                && s.owner_references()
-                    .iter()
-                    .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
+                && controlled_by(s, owner)
         })
         .collect()
 }
@@ -139,12 +137,16 @@ pub fn owned_named(
     names
         .iter()
         .filter_map(|name| services.get(&ObjectRef::new(name).within(&owner.namespace)))
-        .filter(|s| {
-            s.owner_references()
-                .iter()
-                .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
-        })
+        .filter(|s| controlled_by(s, owner))
         .collect()
+}
+
+/// Whether `owner` is the Service's controller.
+fn controlled_by(service: &Service, owner: &Owner) -> bool {
+    service
+        .owner_references()
+        .iter()
+        .any(|r| r.uid == owner.reference.uid && r.controller == Some(true))
 }
 
 /// What a Service delete found.

@@ -289,7 +289,7 @@ impl Executor {
             ..DeleteParams::default()
         };
         self.expectations.expect_delete(&owner.key, &victim.uid);
-        match metadata_only::delete(&self.client, api, &victim.name, &params).await {
+        match metadata_only::delete(api, &victim.name, &params).await {
             Ok(()) => {
                 self.expectations.delete_confirmed(&owner.key, &victim.uid);
                 self.metrics.pods_deleted(self.controller);

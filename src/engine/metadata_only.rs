@@ -26,6 +26,11 @@ struct Answer {
     metadata: ObjectMeta,
 }
 
+/// The client `api` sends with.
+fn client<K: kube::Resource + Clone>(api: &Api<K>) -> Client {
+    api.clone().into_client()
+}
+
 fn metadata_only(
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
@@ -43,14 +48,13 @@ fn metadata_only(
 /// Deletes `name`, as `Api::delete` does; refusals are the same
 /// `kube::Error::Api`. The answer (the object, or a Status once it is
 /// gone) is not decoded.
-pub async fn delete<K: kube::Resource>(
-    client: &Client,
+pub async fn delete<K: kube::Resource + Clone>(
     api: &Api<K>,
     name: &str,
     params: &DeleteParams,
 ) -> kube::Result<()> {
     let request = Request::new(api.resource_url()).delete(name, params);
-    client
+    client(api)
         .request::<IgnoredAny>(metadata_only(request, "delete")?)
         .await
         .map(drop)
@@ -59,8 +63,7 @@ pub async fn delete<K: kube::Resource>(
 /// Replaces the status subresource of `name` with `body`'s, as
 /// `Api::replace_status` does, and returns the metadata of the object it
 /// made.
-pub async fn replace_status<K: kube::Resource>(
-    client: &Client,
+pub async fn replace_status<K: kube::Resource + Clone>(
     api: &Api<K>,
     name: &str,
     params: &PostParams,
@@ -69,7 +72,7 @@ pub async fn replace_status<K: kube::Resource>(
     let body = serde_json::to_vec(body).map_err(kube::Error::SerdeError)?;
     let request =
         Request::new(api.resource_url()).replace_subresource("status", name, params, body);
-    let answer: Answer = client
+    let answer: Answer = client(api)
         .request(metadata_only(request, "replace_status")?)
         .await?;
     Ok(answer.metadata)
