@@ -180,8 +180,14 @@ struct DownWebhook {
 
 impl DownWebhook {
     async fn on(env: &TestEnv, resource: &str, operation: &str) -> DownWebhook {
+        DownWebhook::on_group(env, "", resource, operation).await
+    }
+
+    /// The same for `resource` of API group `group`, version v1.
+    async fn on_group(env: &TestEnv, group: &str, resource: &str, operation: &str) -> DownWebhook {
         let name = format!(
-            "down-{resource}-{}-{}.podkeeper.dev",
+            "down-{}-{}-{}.podkeeper.dev",
+            resource.replace('/', "-"),
             operation.to_lowercase(),
             env.namespace
         );
@@ -192,7 +198,7 @@ impl DownWebhook {
                 "name": name,
                 "clientConfig": {"url": "https://127.0.0.1:1/validate"},
                 "rules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "apiGroups": [group], "apiVersions": ["v1"],
                     "operations": [operation], "resources": [resource]
                 }],
                 "namespaceSelector": {"matchLabels": {
@@ -827,6 +833,50 @@ async fn pod_deletes_answered_500_hold_a_scale_down_until_the_webhook_is_back() 
     webhook.remove().await;
     answered_500("Pod deletes", false, probe).await;
     converged(&env, "stuck", 1).await;
+    op.assert_running();
+}
+
+/// Status writes answered 500: the Pods follow the spec anyway, the status
+/// keeps saying what it said before (no write gets through), and it
+/// catches up, generation and counts, once the webhook is back.
+#[tokio::test]
+async fn status_writes_answered_500_catch_up_once_the_webhook_is_back() {
+    let env = TestEnv::new("status-500").await;
+    let mut op = env.start_operator();
+    create_redis(&env, "held", 2).await;
+    converged(&env, "held", 2).await;
+    let api: Api<Redis> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = || async {
+        let current = api.get("held").await?;
+        api.replace_status("held", &dry, &current).await
+    };
+    let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
+    answered_500("Redis status writes", true, probe).await;
+
+    scale(&env, "held", 3).await;
+    let r = api.get("held").await.unwrap();
+    let uid = r.uid().unwrap();
+    let ready = wait_for("3 ready Pods of held", TIMEOUT, || async {
+        let pods = live_pods(&env, &uid).await;
+        (pods.len() == 3 && pods.iter().all(is_ready)).then_some(pods)
+    })
+    .await;
+    assert_eq!(ready.len(), 3);
+    let r = api.get("held").await.unwrap();
+    let status = r.status.clone().unwrap();
+    assert_eq!(
+        (status.observed_generation, status.replicas),
+        (Some(1), 2),
+        "no status write got through while the webhook was down"
+    );
+
+    webhook.remove().await;
+    answered_500("Redis status writes", false, probe).await;
+    converged(&env, "held", 3).await;
     op.assert_running();
 }
 
