@@ -358,18 +358,21 @@ impl TestEnv {
         }
         let data: std::collections::BTreeMap<String, String> =
             delays.entries().into_iter().collect();
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some("kwok-delays".into()),
-                ..Default::default()
-            },
-            data: Some(data.clone()),
-            ..Default::default()
-        };
+        // Applied, so a test can change the delays for the Pods it creates
+        // next.
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kwok-delays"},
+            "data": data,
+        });
         self.api::<ConfigMap>()
-            .create(&PostParams::default(), &cm)
+            .patch(
+                "kwok-delays",
+                &kube::api::PatchParams::apply("podkeeper-tests").force(),
+                &kube::api::Patch::Apply(&cm),
+            )
             .await
-            .expect("create the kwok-delays ConfigMap");
+            .expect("apply the kwok-delays ConfigMap");
         // The policy's parameter cache sees the ConfigMap a moment later: a
         // server-side dry run shows when.
         let probe: Pod = serde_json::from_value(serde_json::json!({
@@ -382,14 +385,15 @@ impl TestEnv {
             dry_run: true,
             ..Default::default()
         };
-        let want = "kwok.podkeeper.dev/ready-delay";
         wait_for(
             "the delay policy to apply",
             Duration::from_secs(30),
             || async {
                 let p = pods.create(&dry_run, &probe).await.ok()?;
-                let got = p.metadata.annotations?.get(want).cloned();
-                (got.as_ref() == data.get("ready-delay")).then_some(())
+                let got = p.metadata.annotations?;
+                data.iter()
+                    .all(|(k, v)| got.get(&format!("kwok.podkeeper.dev/{k}")) == Some(v))
+                    .then_some(())
             },
         )
         .await;

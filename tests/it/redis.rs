@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Redis, RedisSpec};
+use podkeeper::crd::{Redis, RedisSpec, RedisStatus};
 use serde_json::json;
 
 use crate::bounds::Recorder;
@@ -286,6 +286,108 @@ async fn deleted_pods_are_replaced_promptly() {
     assert!(ok, "{out}{err}");
     let (_, pods) = converged(&env, "heal", 3).await;
     assert!(pods.iter().all(|p| p.name_any() != victim));
+    op.assert_running();
+}
+
+/// A scale-down's status (`DRAIN_GRACE`): when the Pods it deletes go
+/// within the grace, the new generation's first status is already the one
+/// at rest (one write, not one showing them terminating and one showing them
+/// gone); when they take longer, it shows them terminating once the grace is
+/// over, before they are gone.
+#[tokio::test]
+async fn a_scale_down_shows_terminating_pods_only_when_they_take_long() {
+    let env = TestEnv::new("redis-drain").await;
+    let zero = (Duration::ZERO, Duration::ZERO);
+    env.set_pod_delays(PodDelays {
+        ready: zero,
+        delete: (Duration::ZERO, Duration::from_millis(100)),
+    })
+    .await;
+    let mut op = env.start_operator();
+    create(&env, "quick", 3).await;
+    converged(&env, "quick", 3).await;
+    env.set_pod_delays(PodDelays {
+        ready: zero,
+        delete: (Duration::from_secs(8), Duration::from_secs(9)),
+    })
+    .await;
+    create(&env, "slow", 3).await;
+    converged(&env, "slow", 3).await;
+
+    // Every status and every Pod event from here on, as they arrive.
+    let redises: Api<Redis> = env.api();
+    let pods: Api<Pod> = env.api();
+    let rv = current_rv(&pods).await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let follow = |stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<Redis>>>| {
+        let seen = seen.clone();
+        tokio::spawn(stream.try_for_each(move |e| {
+            if let WatchEvent::Modified(r) = e {
+                seen.lock().unwrap().push((std::time::Instant::now(), r));
+            }
+            futures::future::ready(Ok(()))
+        }))
+    };
+    let redis_task = follow(watch_from(&redises, &rv).await);
+    let mut pod_stream = watch_from(&pods, &rv).await;
+    let slow_uid = api_uid(&env, "slow").await;
+    let scaled = std::time::Instant::now();
+    scale(&env, "quick", 1).await;
+    scale(&env, "slow", 1).await;
+    // The slow Redis's two Pods gone.
+    let mut gone = 0;
+    while gone < 2 {
+        let event = tokio::time::timeout(TIMEOUT, pod_stream.next())
+            .await
+            .expect("the slow Pods to go")
+            .expect("the Pod watch to go on")
+            .expect("a Pod event");
+        if let WatchEvent::Deleted(p) = event
+            && owned_by(&p, &slow_uid)
+        {
+            gone += 1;
+        }
+    }
+    let slow_gone = std::time::Instant::now();
+    converged(&env, "quick", 1).await;
+    converged(&env, "slow", 1).await;
+    redis_task.abort();
+
+    let seen = seen.lock().unwrap();
+    let of_generation = |name: &str| -> Vec<(std::time::Instant, RedisStatus)> {
+        seen.iter()
+            .filter(|(_, r)| r.name_any() == name)
+            .filter_map(|(at, r)| {
+                let s = r.status.clone()?;
+                (s.observed_generation == r.metadata.generation).then_some((*at, s))
+            })
+            .collect()
+    };
+    let terminating = |s: &RedisStatus| {
+        s.members.len() > 1
+            || s.conditions
+                .iter()
+                .any(|c| c.type_ == "Progressing" && c.reason != "Complete")
+    };
+    let quick = of_generation("quick");
+    assert!(
+        !quick.is_empty() && quick.iter().all(|(_, s)| !terminating(s)),
+        "quick: every status of the scaled-down generation is the one at rest: {quick:#?}"
+    );
+    let slow = of_generation("slow");
+    let (shown, _) = slow
+        .iter()
+        .find(|(_, s)| terminating(s))
+        .unwrap_or_else(|| panic!("slow: no status showed the Pods terminating: {slow:#?}"));
+    let after = shown.duration_since(scaled);
+    assert!(
+        after >= podkeeper::controller::DRAIN_GRACE,
+        "slow: the terminating Pods were shown {after:?} after the scale, within the grace"
+    );
+    assert!(
+        *shown < slow_gone,
+        "slow: the terminating Pods were shown only after they were gone"
+    );
     op.assert_running();
 }
 
