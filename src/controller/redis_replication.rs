@@ -478,7 +478,7 @@ impl Extras<Redis> for ReplicationExtras {
         if nobody && !round.members.is_empty() {
             requeue = requeue.max(SILENT_PERIOD);
         }
-        let members = act::member_statuses(&round.members, primary.as_deref());
+        let members = act::member_statuses(&round.members);
         Replication {
             primary: round.primary,
             members,

@@ -299,45 +299,21 @@ pub fn record(
 }
 
 /// status.members: each member's role and replication state.
-pub fn member_statuses(members: &[Member], primary: Option<&str>) -> Vec<MemberStatus> {
-    let primary = primary.and_then(|p| members.iter().find(|m| m.pod == p));
-    let primary_info = primary.and_then(Member::info);
+pub fn member_statuses(members: &[Member]) -> Vec<MemberStatus> {
     let mut out: Vec<MemberStatus> = members
         .iter()
-        .map(|m| match m.info() {
-            None => MemberStatus {
+        .map(|m| {
+            let (role, link_status) = match m.info() {
+                None => ("unknown", "unreachable"),
+                Some(i) if i.role == Role::Primary => (Role::Primary.as_str(), "primary"),
+                Some(i) if i.sync_in_progress => (Role::Replica.as_str(), "syncing"),
+                Some(i) if i.link_up => (Role::Replica.as_str(), "up"),
+                Some(_) => (Role::Replica.as_str(), "down"),
+            };
+            MemberStatus {
                 pod: m.pod.clone(),
-                role: "unknown".into(),
-                link_status: "unreachable".into(),
-                offset: None,
-                lag: None,
-            },
-            Some(i) if i.role == Role::Primary => MemberStatus {
-                pod: m.pod.clone(),
-                role: Role::Primary.as_str().into(),
-                link_status: "primary".into(),
-                offset: Some(i.offset()),
-                lag: None,
-            },
-            Some(i) => {
-                let seen = primary_info.zip(m.ip.as_deref()).and_then(|(p, ip)| {
-                    p.replica(ip, m.port)
-                        .map(|r| p.master_repl_offset - r.offset)
-                });
-                MemberStatus {
-                    pod: m.pod.clone(),
-                    role: Role::Replica.as_str().into(),
-                    link_status: if i.sync_in_progress {
-                        "syncing"
-                    } else if i.link_up {
-                        "up"
-                    } else {
-                        "down"
-                    }
-                    .into(),
-                    offset: Some(i.offset()),
-                    lag: seen.map(|l| l.max(0)),
-                }
+                role: role.into(),
+                link_status: link_status.into(),
             }
         })
         .collect();
@@ -456,7 +432,7 @@ pub async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::info::{ConnectedReplica, ReplicationInfo};
+    use crate::replication::info::ReplicationInfo;
 
     fn info(role: Role, offset: i64) -> ReplicationInfo {
         ReplicationInfo {
@@ -538,15 +514,8 @@ mod tests {
     }
 
     #[test]
-    fn members_report_role_link_offset_and_lag() {
-        let mut p = info(Role::Primary, 1000);
-        p.connected_replicas.push(ConnectedReplica {
-            ip: "10.0.0.2".into(),
-            port: 6379,
-            state: "online".into(),
-            offset: 900,
-            lag_seconds: 0,
-        });
+    fn members_report_role_and_link() {
+        let p = info(Role::Primary, 1000);
         let mut syncing = info(Role::Replica, 0);
         syncing.sync_in_progress = true;
         let members = vec![
@@ -561,23 +530,17 @@ mod tests {
                 },
             ),
         ];
-        let s = member_statuses(&members, Some("a"));
-        fn row(m: &MemberStatus) -> (&str, &str, &str, Option<i64>, Option<i64>) {
-            (
-                m.pod.as_str(),
-                m.role.as_str(),
-                m.link_status.as_str(),
-                m.offset,
-                m.lag,
-            )
+        let s = member_statuses(&members);
+        fn row(m: &MemberStatus) -> (&str, &str, &str) {
+            (m.pod.as_str(), m.role.as_str(), m.link_status.as_str())
         }
         assert_eq!(
             s.iter().map(row).collect::<Vec<_>>(),
             [
-                ("a", "primary", "primary", Some(1000), None),
-                ("b", "replica", "up", Some(900), Some(100)),
-                ("c", "replica", "syncing", Some(0), None),
-                ("d", "unknown", "unreachable", None, None),
+                ("a", "primary", "primary"),
+                ("b", "replica", "up"),
+                ("c", "replica", "syncing"),
+                ("d", "unknown", "unreachable"),
             ]
         );
         let plan = Plan {

@@ -117,14 +117,10 @@ pub struct MemberStatus {
     /// `primary`, `replica`, or `unknown` when the Pod does not answer.
     pub role: String,
     /// Replicas: `up`, `down` or `syncing`; the primary: `primary`;
-    /// `unreachable` when the Pod does not answer.
+    /// `unreachable` when the Pod does not answer. (No replication offsets:
+    /// an idle primary's moves 14 bytes every 10 s, and a status that
+    /// carried it was rewritten on every resync of every Redis.)
     pub link_status: String,
-    /// The member's replication offset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<i64>,
-    /// Replicas: bytes behind the primary, as the primary sees it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lag: Option<i64>,
 }
 
 #[cfg(test)]

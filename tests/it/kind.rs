@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -18,6 +19,7 @@ use serde_json::json;
 
 use crate::harness::{
     TestEnv, cluster, exec_in, hold_deployed_operator, is_ready, kubectl, owned_by, wait_for,
+    watch_from,
 };
 
 /// Stretched threefold on kind by the harness (see `harness::patience`).
@@ -508,6 +510,52 @@ fn cli(env: &TestEnv, host: &str, command: &[&str]) -> (bool, String) {
 fn role_of(env: &TestEnv, pod: &str) -> String {
     let out = redis_cli(env, pod, 6379, &["role"]);
     out.lines().next().unwrap_or_default().to_string()
+}
+
+/// An idle replicated Redis writes no status: its primary's replication
+/// offset moves every 10 s (its PINGs to the replicas) and the operator
+/// looks at the members every 10 s, yet nothing users read changes.
+#[tokio::test]
+async fn an_idle_replicated_redis_rewrites_no_status() {
+    let env = TestEnv::new("kind-idle").await;
+    create_redis(&env, "idle", 2, 6379).await;
+    let r = settled(&env, "idle", 2).await;
+    let primary = primary_of(&r);
+    let redis: Api<Redis> = env.api();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let follow = tokio::spawn(
+        watch_from(&redis, &r.resource_version().unwrap())
+            .await
+            .try_for_each(move |e| {
+                if let kube::api::WatchEvent::Modified(r) = e {
+                    record.lock().unwrap().push(r.status);
+                }
+                futures::future::ready(Ok(()))
+            }),
+    );
+    let offset = || {
+        let out = redis_cli(&env, &primary, 6379, &["info", "replication"]);
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.parse::<i64>().ok())
+            .expect("master_repl_offset")
+    };
+    let start = offset();
+    // Two of the primary's PINGs, and the operator's looks between them.
+    wait_for(
+        "the idle primary's offset to move twice",
+        TIMEOUT,
+        || async { (offset() >= start + 28).then_some(()) },
+    )
+    .await;
+    follow.abort();
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.is_empty(),
+        "the idle Redis's status was written {} time(s): {seen:#?}",
+        seen.len()
+    );
 }
 
 #[tokio::test]
