@@ -532,6 +532,106 @@ pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action 
 mod tests {
     use super::*;
 
+    /// A status write that conflicts (someone else wrote in between) is not
+    /// a failure: the object is looked at again shortly, and that write
+    /// replaces the object as the cache then shows it.
+    #[tokio::test]
+    async fn a_conflicting_status_write_is_retried_from_the_cached_object() {
+        use crate::crd::redis::{Redis, RedisStatus};
+        use crate::engine::events::EventRecorder;
+        use crate::engine::expectations::Expectations;
+        use std::sync::{Arc, Mutex};
+
+        // The API server: answers each status write with the next of
+        // `answers` (code, resourceVersion) and keeps the bodies it got.
+        let answers = Arc::new(Mutex::new(vec![(200u16, "7"), (409, ""), (200, "9")]));
+        let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let (a, b) = (answers.clone(), bodies.clone());
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (a, b) = (a.clone(), b.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                assert!(
+                    parts.uri.path().ends_with("/redises/r/status"),
+                    "{}",
+                    parts.uri
+                );
+                let bytes = body.collect_bytes().await.unwrap();
+                b.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&bytes).unwrap());
+                let (code, rv) = a.lock().unwrap().remove(0);
+                let answer = if code == 200 {
+                    serde_json::json!({"kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": {"name": "r", "resourceVersion": rv}})
+                } else {
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "Conflict", "code": code,
+                        "message": "the object has been modified"})
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&answer).unwrap(),
+                        ))
+                        .unwrap(),
+                )
+            }
+        });
+        let client = Client::new(service, "ns");
+        let executor = Executor {
+            client: client.clone(),
+            recorder: Arc::new(EventRecorder::new(client.clone(), "test", None)),
+            expectations: Arc::new(Expectations::default()),
+            metrics: crate::metrics::Metrics::new(),
+            controller: "test",
+        };
+        let ctx = Context::new(client, executor, pod_watch::PodCache::empty());
+        // (Each write is of a new generation, so none waits for its pace.)
+        let redis = |rv: &str, generation: i64| -> Redis {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+                "metadata": {"name": "r", "namespace": "ns", "uid": "u",
+                    "resourceVersion": rv, "generation": generation},
+                "spec": {"replicas": 3},
+            }))
+            .unwrap()
+        };
+        let status = |generation: i64| RedisStatus {
+            observed_generation: Some(generation),
+            ..Default::default()
+        };
+        let rv_sent = |i: usize| bodies.lock().unwrap()[i]["metadata"]["resourceVersion"].clone();
+
+        // Written at rv 5, giving 7; the cache still shows 5.
+        let wrote = ctx
+            .write_status(&redis("5", 1), None, &status(1), Pace::AtRest)
+            .await;
+        assert_eq!(wrote.unwrap(), None);
+        assert_eq!(rv_sent(0), "5");
+        // Our next write replaces 7, ours, and conflicts: someone wrote 8.
+        let wrote = ctx
+            .write_status(&redis("6", 2), Some(&status(1)), &status(2), Pace::AtRest)
+            .await;
+        assert_eq!(
+            wrote.unwrap(),
+            Some(CONFLICT_RETRY),
+            "looked at again shortly"
+        );
+        assert_eq!(rv_sent(1), "7");
+        // Looked at again: the cache now shows 8, and that is what is
+        // replaced.
+        let wrote = ctx
+            .write_status(&redis("8", 3), None, &status(3), Pace::AtRest)
+            .await;
+        assert_eq!(wrote.unwrap(), None);
+        assert_eq!(rv_sent(2), "8");
+        assert!(answers.lock().unwrap().is_empty());
+    }
+
     #[test]
     fn the_status_we_wrote_stands_in_for_an_older_cached_one() {
         use crate::crd::redis::Redis;

@@ -42,6 +42,18 @@ pub struct PodCache {
     by_owner: Arc<RwLock<OwnerIndex>>,
 }
 
+#[cfg(test)]
+impl PodCache {
+    /// A cache that holds no Pod, for tests of what needs none.
+    pub fn empty() -> Self {
+        let (store, _) = reflector::store();
+        PodCache {
+            store,
+            by_owner: Arc::default(),
+        }
+    }
+}
+
 impl PodCache {
     /// Pods whose controller owner has `owner_uid`.
     pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<Pod>> {
