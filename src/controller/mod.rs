@@ -680,7 +680,7 @@ mod tests {
         // Changing, then changing again: one write per interval.
         assert!(waits(
             deferred(&last(false, now), Some(2), Pace::Changing),
-            Duration::from_millis(900)
+            STATUS_INTERVAL / 2
         ));
         // The write that brings the object to rest goes at once.
         assert_eq!(deferred(&last(false, now), Some(2), Pace::AtRest), None);
@@ -711,7 +711,7 @@ mod tests {
         };
         assert!(waits(
             deferred(&held(now), Some(3), Pace::Draining),
-            DRAIN_GRACE - Duration::from_millis(100)
+            DRAIN_GRACE / 2
         ));
         assert_eq!(deferred(&held(DRAIN_GRACE), Some(3), Pace::Draining), None);
         // ...their end is written at once, and so is any other change.
