@@ -329,6 +329,7 @@ async fn a_scale_down_shows_terminating_pods_only_when_they_take_long() {
         }))
     };
     let redis_task = follow(watch_from(&redises, &rv).await);
+    let recorder = Recorder::start(&env).await;
     let mut pod_stream = watch_from(&pods, &rv).await;
     let slow_uid = api_uid(&env, "slow").await;
     let scaled = std::time::Instant::now();
@@ -388,6 +389,9 @@ async fn a_scale_down_shows_terminating_pods_only_when_they_take_long() {
         *shown < slow_gone,
         "slow: the terminating Pods were shown only after they were gone"
     );
+    recorder
+        .check()
+        .assert_held("scale-downs with quick and slow deletions");
     op.assert_running();
 }
 

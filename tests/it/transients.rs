@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, image, is_ready, owned_by, wait_for};
+use crate::harness::{PodDelays, TestEnv, image, is_ready, owned_by, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -877,6 +877,59 @@ async fn status_writes_answered_500_catch_up_once_the_webhook_is_back() {
     webhook.remove().await;
     answered_500("Redis status writes", false, probe).await;
     converged(&env, "held", 3).await;
+    op.assert_running();
+}
+
+/// A scale-down whose Pods take longer than the grace (`DRAIN_GRACE`) to
+/// go, while status writes are answered 500: the held write and its
+/// retries are refused, the Pods go anyway and never exceed the bounds at
+/// any event, and the status catches up (generation, one replica) once the
+/// webhook is back.
+#[tokio::test]
+async fn a_held_scale_down_status_refused_500_catches_up_once_the_webhook_is_back() {
+    let env = TestEnv::new("drain-500").await;
+    env.set_pod_delays(PodDelays {
+        ready: (Duration::ZERO, Duration::ZERO),
+        delete: (Duration::from_secs(7), Duration::from_secs(8)),
+    })
+    .await;
+    let mut op = env.start_operator();
+    create_redis(&env, "held", 3).await;
+    converged(&env, "held", 3).await;
+    let recorder = crate::bounds::Recorder::start(&env).await;
+    let api: Api<Redis> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = || async {
+        let current = api.get("held").await?;
+        api.replace_status("held", &dry, &current).await
+    };
+    let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
+    answered_500("Redis status writes", true, probe).await;
+
+    scale(&env, "held", 1).await;
+    let uid = api.get("held").await.unwrap().uid().unwrap();
+    let pods: Api<Pod> = env.api();
+    wait_for("the two scaled-down Pods gone", TIMEOUT, || async {
+        let all = pods.list(&ListParams::default()).await.ok()?;
+        (all.items.iter().filter(|p| owned_by(p, &uid)).count() == 1).then_some(())
+    })
+    .await;
+    let status = api.get("held").await.unwrap().status.unwrap();
+    assert_eq!(
+        (status.observed_generation, status.replicas),
+        (Some(1), 3),
+        "no status write got through while the webhook was down"
+    );
+
+    webhook.remove().await;
+    answered_500("Redis status writes", false, probe).await;
+    converged(&env, "held", 1).await;
+    recorder
+        .check()
+        .assert_held("a held scale-down's status answered 500");
     op.assert_running();
 }
 
