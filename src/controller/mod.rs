@@ -547,41 +547,19 @@ mod tests {
         let answers = Arc::new(Mutex::new(vec![(200u16, "7"), (409, ""), (200, "9")]));
         let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
         let (a, b) = (answers.clone(), bodies.clone());
-        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let (a, b) = (a.clone(), b.clone());
-            async move {
-                let (parts, body) = req.into_parts();
-                assert!(
-                    parts.uri.path().ends_with("/redises/r/status"),
-                    "{}",
-                    parts.uri
-                );
-                let bytes = body.collect_bytes().await.unwrap();
-                b.lock()
-                    .unwrap()
-                    .push(serde_json::from_slice(&bytes).unwrap());
-                let (code, rv) = a.lock().unwrap().remove(0);
-                let answer = if code == 200 {
+        let client = crate::engine::mock_api::client(move |_, path, body| {
+            assert!(path.ends_with("/redises/r/status"), "{path}");
+            b.lock().unwrap().push(body);
+            match a.lock().unwrap().remove(0) {
+                (200, rv) => (
+                    200,
                     serde_json::json!({"kind": "PartialObjectMetadata",
                         "apiVersion": "meta.k8s.io/v1",
-                        "metadata": {"name": "r", "resourceVersion": rv}})
-                } else {
-                    serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                        "status": "Failure", "reason": "Conflict", "code": code,
-                        "message": "the object has been modified"})
-                };
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&answer).unwrap(),
-                        ))
-                        .unwrap(),
-                )
+                        "metadata": {"name": "r", "resourceVersion": rv}}),
+                ),
+                (code, _) => (code, crate::engine::mock_api::status(code, "Conflict")),
             }
         });
-        let client = Client::new(service, "ns");
         let executor = Executor {
             client: client.clone(),
             recorder: Arc::new(EventRecorder::new(client.clone(), "test", None)),

@@ -21,6 +21,8 @@ pub mod expectations;
 pub mod hash;
 pub mod inplace;
 pub mod metadata_only;
+#[cfg(test)]
+pub mod mock_api;
 pub mod plan;
 pub mod pods;
 pub mod rank;
