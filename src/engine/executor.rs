@@ -562,6 +562,68 @@ pub fn api_message(e: &kube::Error) -> String {
 mod tests {
     use super::summary;
 
+    /// A create the client retried (after a 504, say) answers 409
+    /// AlreadyExists for the name podkeeper chose: a success when that Pod
+    /// is the owner's (no FailedCreate; its Pod expected from the watch), a
+    /// failure when it is someone else's.
+    #[tokio::test]
+    async fn a_create_answered_already_exists_is_ours_only_if_the_pod_is() {
+        use super::{Executor, Owner};
+        use crate::engine::mock_api;
+        use k8s_openapi::api::core::v1::PodTemplateSpec;
+        use std::sync::{Arc, Mutex};
+
+        for (holder, ours) in [("u", true), ("someone-else", false)] {
+            let events = Arc::new(Mutex::new(0));
+            let seen = events.clone();
+            let client = mock_api::client(move |method, path, _| {
+                if path.ends_with("/events") {
+                    *seen.lock().unwrap() += 1;
+                    return (201, serde_json::json!({}));
+                }
+                match (method.as_str(), path.rsplit_once("/pods")) {
+                    ("POST", Some((_, ""))) => (409, mock_api::status(409, "AlreadyExists")),
+                    ("GET", Some((_, name))) => (
+                        200,
+                        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": name.trim_start_matches('/'),
+                                "namespace": "ns", "ownerReferences": [{
+                                    "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+                                    "name": "r", "uid": holder, "controller": true}]}}),
+                    ),
+                    other => panic!("unexpected request {other:?} {path}"),
+                }
+            });
+            let executor = Executor {
+                client: client.clone(),
+                recorder: Arc::new(crate::engine::events::EventRecorder::new(
+                    client.clone(),
+                    "test",
+                    None,
+                )),
+                expectations: Arc::default(),
+                metrics: crate::metrics::Metrics::new(),
+                controller: "test",
+            };
+            let redis: crate::crd::Redis = serde_json::from_value(serde_json::json!({
+                "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+                "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
+                "spec": {"replicas": 1},
+            }))
+            .unwrap();
+            let owner = Owner::of(&redis, "Redis");
+            let api = kube::Api::namespaced(client, "ns");
+            let created = executor
+                .create_one(&api, &owner, &PodTemplateSpec::default())
+                .await;
+            assert_eq!(created.is_ok(), ours, "{holder}: {created:?}");
+            // Ours: the watch is yet to show it; someone else's: released.
+            assert_eq!(executor.expectations.satisfied(&owner.key), !ours);
+            let failed_events = *events.lock().unwrap();
+            assert_eq!(failed_events > 0, !ours, "{holder}: FailedCreate Events");
+        }
+    }
+
     #[test]
     fn one_event_names_the_pods_of_a_reconcile() {
         let names: Vec<String> = (0..12).map(|i| format!("r-{i}")).collect();
