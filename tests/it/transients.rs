@@ -276,6 +276,21 @@ where
     answered(&format!("{what} answered 500: {failing}"), wanted, request).await;
 }
 
+/// Waits until a dry-run status write of Redis `name` is answered 500
+/// (`refused`) or goes through.
+async fn status_writes_refused(env: &TestEnv, name: &str, refused: bool) {
+    let api: Api<Redis> = env.api();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = || async {
+        let current = api.get(name).await?;
+        api.replace_status(name, &dry, &current).await
+    };
+    answered_500("Redis status writes", refused, probe).await;
+}
+
 /// Waits until a dry-run Pod create in the namespace is refused (`true`)
 /// or allowed (`false`).
 async fn creates_refused(env: &TestEnv, refused: bool) {
@@ -846,16 +861,8 @@ async fn status_writes_answered_500_catch_up_once_the_webhook_is_back() {
     create_redis(&env, "held", 2).await;
     converged(&env, "held", 2).await;
     let api: Api<Redis> = env.api();
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let probe = || async {
-        let current = api.get("held").await?;
-        api.replace_status("held", &dry, &current).await
-    };
     let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
-    answered_500("Redis status writes", true, probe).await;
+    status_writes_refused(&env, "held", true).await;
 
     scale(&env, "held", 3).await;
     let r = api.get("held").await.unwrap();
@@ -875,7 +882,7 @@ async fn status_writes_answered_500_catch_up_once_the_webhook_is_back() {
     );
 
     webhook.remove().await;
-    answered_500("Redis status writes", false, probe).await;
+    status_writes_refused(&env, "held", false).await;
     converged(&env, "held", 3).await;
     op.assert_running();
 }
@@ -898,16 +905,8 @@ async fn a_held_scale_down_status_refused_500_catches_up_once_the_webhook_is_bac
     converged(&env, "held", 3).await;
     let recorder = crate::bounds::Recorder::start(&env).await;
     let api: Api<Redis> = env.api();
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let probe = || async {
-        let current = api.get("held").await?;
-        api.replace_status("held", &dry, &current).await
-    };
     let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
-    answered_500("Redis status writes", true, probe).await;
+    status_writes_refused(&env, "held", true).await;
 
     scale(&env, "held", 1).await;
     let uid = api.get("held").await.unwrap().uid().unwrap();
@@ -925,7 +924,7 @@ async fn a_held_scale_down_status_refused_500_catches_up_once_the_webhook_is_bac
     );
 
     webhook.remove().await;
-    answered_500("Redis status writes", false, probe).await;
+    status_writes_refused(&env, "held", false).await;
     converged(&env, "held", 1).await;
     recorder
         .check()
