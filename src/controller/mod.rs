@@ -532,14 +532,21 @@ pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action 
 mod tests {
     use super::*;
 
+    /// A context on `client` (see `engine::mock_api`) with no Pods.
+    fn test_context(client: Client) -> Arc<Context> {
+        Context::new(
+            client.clone(),
+            Executor::for_tests(client),
+            pod_watch::PodCache::empty(),
+        )
+    }
+
     /// A status write that conflicts (someone else wrote in between) is not
     /// a failure: the object is looked at again shortly, and that write
     /// replaces the object as the cache then shows it.
     #[tokio::test]
     async fn a_conflicting_status_write_is_retried_from_the_cached_object() {
         use crate::crd::redis::{Redis, RedisStatus};
-        use crate::engine::events::EventRecorder;
-        use crate::engine::expectations::Expectations;
         use std::sync::{Arc, Mutex};
 
         // The API server: answers each status write with the next of
@@ -560,14 +567,7 @@ mod tests {
                 (code, _) => (code, crate::engine::mock_api::status(code, "Conflict")),
             }
         });
-        let executor = Executor {
-            client: client.clone(),
-            recorder: Arc::new(EventRecorder::new(client.clone(), "test", None)),
-            expectations: Arc::new(Expectations::default()),
-            metrics: crate::metrics::Metrics::new(),
-            controller: "test",
-        };
-        let ctx = Context::new(client, executor, pod_watch::PodCache::empty());
+        let ctx = test_context(client);
         // (Each write is of a new generation, so none waits for its pace.)
         let redis = |rv: &str, generation: i64| -> Redis {
             serde_json::from_value(serde_json::json!({

@@ -559,6 +559,20 @@ pub fn api_message(e: &kube::Error) -> String {
 }
 
 #[cfg(test)]
+impl Executor {
+    /// An executor on `client` (see [`super::mock_api`]), for unit tests.
+    pub fn for_tests(client: Client) -> Self {
+        Executor {
+            client: client.clone(),
+            recorder: Arc::new(super::events::EventRecorder::new(client, "test", None)),
+            expectations: Arc::default(),
+            metrics: crate::metrics::Metrics::new(),
+            controller: "test",
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::summary;
 
@@ -594,17 +608,7 @@ mod tests {
                     other => panic!("unexpected request {other:?} {path}"),
                 }
             });
-            let executor = Executor {
-                client: client.clone(),
-                recorder: Arc::new(crate::engine::events::EventRecorder::new(
-                    client.clone(),
-                    "test",
-                    None,
-                )),
-                expectations: Arc::default(),
-                metrics: crate::metrics::Metrics::new(),
-                controller: "test",
-            };
+            let executor = Executor::for_tests(client.clone());
             let redis: crate::crd::Redis = serde_json::from_value(serde_json::json!({
                 "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
                 "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
