@@ -541,6 +541,43 @@ mod tests {
         )
     }
 
+    /// A failure lengthens the object's backoff; a success resets it, so
+    /// the next failure waits the shortest time again.
+    #[tokio::test]
+    async fn a_success_resets_the_backoff_of_its_object() {
+        let ctx = test_context(crate::engine::mock_api::client(|_, path, _| {
+            panic!("no request expected, got {path}")
+        }));
+        let redis: crate::crd::Redis = serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "r", "namespace": "ns"}, "spec": {"replicas": 1},
+        }))
+        .unwrap();
+        let failed = || {
+            Error::Step(crate::engine::executor::Failure {
+                reason: "FailedCreate",
+                message: "refused".into(),
+            })
+        };
+        let count = || {
+            ctx.failures
+                .lock()
+                .unwrap()
+                .get(&("Redis", "ns".to_string(), "r".to_string()))
+                .copied()
+        };
+        let started = std::time::Instant::now();
+        for n in 1..=3 {
+            ctx.backoff("Redis", &redis, &failed());
+            ctx.record("Redis", &redis, started, &Err(failed()));
+            assert_eq!(count(), Some(n), "failure {n} counted");
+        }
+        ctx.record("Redis", &redis, started, &Ok(Action::await_change()));
+        assert_eq!(count(), None, "reset by the success");
+        ctx.backoff("Redis", &redis, &failed());
+        assert_eq!(count(), Some(1), "the next failure starts over");
+    }
+
     /// A status write that conflicts (someone else wrote in between) is not
     /// a failure: the object is looked at again shortly, and that write
     /// replaces the object as the cache then shows it.
