@@ -10,19 +10,19 @@ dev *ARGS:
 
 # Run the operator against the cluster from KUBECONFIG / ~/.kube/config / in-cluster.
 run *ARGS:
-    cargo run -- run {{ARGS}}
+    cargo run -p podkeeper -- run {{ARGS}}
 
-# Every test: unit tests and the integration suite on a real control plane.
+# Every test of both crates: unit tests and the integration suites on a real control plane.
 test *ARGS:
     cargo test {{ARGS}}
 
 # Regenerate manifests/crds from the Rust types.
 crds:
-    cargo run -q -- crd --out-dir manifests/crds
+    cargo run -q -p podkeeper -- crd --out-dir manifests/crds
 
 # The self-contained release binary the image ships (glibc, crt-static).
 static:
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target x86_64-unknown-linux-gnu
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build -p podkeeper --release --locked --target x86_64-unknown-linux-gnu
 
 # Build the operator image from the `just static` binary (needs a Docker engine; pulls nothing).
 image: static
@@ -64,7 +64,7 @@ e2e target="kind" *ARGS:
     kubectl apply -k manifests/
     kubectl -n podkeeper-system rollout restart deploy/podkeeper
     kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
-    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed PODKEEPER_TEST_IMAGES=kind cargo test --test it --features kind-e2e {{ARGS}}
+    PODKEEPER_TEST_KUBECONFIG="$kc" PODKEEPER_TEST_OPERATOR=deployed PODKEEPER_TEST_IMAGES=kind cargo test --test it --features podkeeper/kind-e2e,podkeeper-dev/kind-e2e {{ARGS}}
 
 # Benchmarks (release build): see BENCHMARKS.md.
 bench *ARGS:
@@ -76,7 +76,7 @@ soak seconds="600" seed="":
 
 # Redis failover, switchover, image rollout and scale-down measured on kind by a client Pod
 # writing through the Service: sets up the cluster and the operator as `just e2e` does, then
-# runs `podkeeper bench-redis ARGS` (e.g. --failovers 5 --json target/bench-redis.json), which
+# runs `podkeeper-dev bench-redis ARGS` (e.g. --failovers 5 --json target/bench-redis.json), which
 # prints the figures as Markdown with their method and load averages.
 bench-redis *ARGS:
     #!/usr/bin/env bash
@@ -87,4 +87,4 @@ bench-redis *ARGS:
     kubectl apply -k manifests/
     kubectl -n podkeeper-system rollout restart deploy/podkeeper
     kubectl -n podkeeper-system rollout status deploy/podkeeper --timeout=300s
-    {{target_dir}}/x86_64-unknown-linux-gnu/release/podkeeper bench-redis {{ARGS}}
+    cargo run -q --release -- bench-redis {{ARGS}}

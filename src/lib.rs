@@ -9,20 +9,16 @@
 //! - [`operator`]: wiring the controllers to a cluster.
 //! - [`replication`]: Redis primary/replica roles, failover and switchover
 //!   (not wired into the controller yet).
-//! - [`localcluster`]: a real control plane built from source, for `dev` and
-//!   the tests.
-//! - [`kind`]: kind clusters with real containers, images built from source.
+//!
+//! The dev tools (local control plane, kind, `dev`, benchmarks) live in the
+//! `podkeeper-dev` crate beside this one.
 
-pub mod bench;
 pub mod cli;
 pub mod controller;
 pub mod crd;
-pub mod dev;
 pub mod engine;
 pub mod http;
-pub mod kind;
 pub mod leader;
-pub mod localcluster;
 pub mod metrics;
 pub mod operator;
 pub mod replication;
@@ -31,10 +27,6 @@ pub mod telemetry;
 /// Top-level errors of the commands.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
-    LocalCluster(#[from] localcluster::Error),
-    #[error(transparent)]
-    Kind(#[from] kind::Error),
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
     #[error("kubeconfig: {0}")]

@@ -11,19 +11,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     podkeeper::telemetry::init(cli.log_format);
-    // The operator (`run`, and `dev` around it) runs on one thread: its work
+    // The operator runs on one thread: its work
     // is a stream of small steps (watch events, reconciles, requests), and
     // on the multi-threaded runtime its workers kept parking and waking one
     // another. Over the benchmark's scale-down the kernel's thread switches
     // were 16 % of its CPU samples, 6 % on one thread, and its CPU fell by a
     // sixth (BENCHMARKS.md). One core is far above what it uses (1.2 CPU s
-    // to converge 200 Redis of 3). The other commands keep every core.
-    let runtime = match cli.command {
-        Command::Run(_) | Command::Dev(_) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    }
-    .enable_all()
-    .build();
+    // to converge 200 Redis of 3).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
     let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -33,11 +30,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Dev(args) => podkeeper::dev::run(args).await,
             Command::Run(args) => podkeeper::operator::run_from_env(args).await,
-            Command::Bench(args) => podkeeper::bench::run(args).await.map(|_| ()),
-            Command::BenchRedis(args) => podkeeper::bench::redis::run(args).await,
-            Command::Kind { command } => podkeeper::kind::command::run(command).await,
             Command::Crd { out_dir } => podkeeper::crd::print_all(out_dir.as_deref()),
         }
     });

@@ -73,7 +73,7 @@ async fn a_pod_is_scheduled_onto_a_kwok_node_and_becomes_ready() {
          ({connect:?} after {:?}); the local cluster adds `ip route add unreachable \
          {}` at start, which needs root",
         started.elapsed(),
-        podkeeper::localcluster::POD_CIDR
+        podkeeper_dev::localcluster::POD_CIDR
     );
 }
 

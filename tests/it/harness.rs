@@ -10,9 +10,8 @@
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,24 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_podkeeper");
+/// The operator binary under test (`podkeeper run`). Only the operator
+/// package's tests have it; the dev tools' tests, which share this harness,
+/// start no operator of their own.
+pub const BIN: &str = match option_env!("CARGO_BIN_EXE_podkeeper") {
+    Some(bin) => bin,
+    None => "podkeeper",
+};
+
+/// The repository's top folder (manifests/, samples/), for the tests of
+/// either crate.
+pub fn repo_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if manifest.join("manifests").is_dir() {
+        manifest
+    } else {
+        manifest.parent().expect("the workspace folder")
+    }
+}
 
 /// The cluster every test of this binary shares.
 pub struct SharedCluster {
@@ -30,9 +46,6 @@ pub struct SharedCluster {
     /// The operator's credentials: a token of the `podkeeper` ServiceAccount
     /// bound only to `manifests/rbac`, so a missing permission fails tests.
     pub operator_kubeconfig_path: Option<PathBuf>,
-    /// The `podkeeper dev` process; its stdin closes when this test binary
-    /// exits, which stops the cluster.
-    _dev: Option<Mutex<(Child, ChildStdin)>>,
 }
 
 static CLUSTER: OnceLock<Result<SharedCluster, String>> = OnceLock::new();
@@ -51,7 +64,6 @@ pub fn cluster() -> &'static SharedCluster {
             return Ok(SharedCluster {
                 kubeconfig_path: PathBuf::from(path),
                 operator_kubeconfig_path: None,
-                _dev: None,
             });
         }
         let mut cluster = start_local_cluster()?;
@@ -64,46 +76,81 @@ pub fn cluster() -> &'static SharedCluster {
     }
 }
 
+/// Starts the local control plane on a thread of its own that lives as long
+/// as this test binary: its components are started from that thread with
+/// `setpriv --pdeathsig KILL`, so they die with the process, however it ends.
+/// Their state goes under the target directory, one folder a process, and
+/// the folders of processes that are gone are removed here.
 fn start_local_cluster() -> Result<SharedCluster, String> {
+    use podkeeper_dev::localcluster::{ClusterOptions, LocalCluster};
+    let states = logs_dir().join("clusters");
+    sweep_dead_states(&states);
+    let state_parent = states.join(std::process::id().to_string());
+    std::fs::create_dir_all(&state_parent).map_err(|e| e.to_string())?;
     let kubeconfig_path = logs_dir().join(format!("kubeconfig-{}", std::process::id()));
-    let mut child = Command::new(BIN)
-        .args([
-            "dev",
-            "--cluster-only",
-            "--exit-on-stdin-eof",
-            "--nodes",
-            "3",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        // Build progress and errors go straight to the terminal.
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("spawning {BIN}: {e}"))?;
-    let stdin = child.stdin.take().expect("piped stdin");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut ready = false;
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        eprintln!("[cluster] {line}");
-        if line.trim() == "podkeeper: ready" {
-            ready = true;
-            break;
-        }
-    }
-    if !ready {
-        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-        return Err(format!(
-            "`podkeeper dev --cluster-only` exited ({status}) before the cluster was ready; see its messages above"
-        ));
-    }
+    let path = kubeconfig_path.clone();
+    let (ready, started) = std::sync::mpsc::channel::<Result<(), String>>();
+    std::thread::Builder::new()
+        .name("local-cluster".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => return drop(ready.send(Err(e.to_string()))),
+            };
+            runtime.block_on(async move {
+                let options = ClusterOptions {
+                    nodes: 3,
+                    state_parent: Some(state_parent),
+                    ..Default::default()
+                };
+                let started = async {
+                    let cluster = LocalCluster::start(options)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    cluster.write_kubeconfig(&path).map_err(|e| e.to_string())?;
+                    let client = cluster.client().await.map_err(|e| e.to_string())?;
+                    podkeeper::operator::install_crds(&client)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(cluster)
+                }
+                .await;
+                match started {
+                    Ok(cluster) => {
+                        let _ = ready.send(Ok(()));
+                        // Kept until the process exits.
+                        std::future::pending::<()>().await;
+                        drop(cluster);
+                    }
+                    Err(e) => drop(ready.send(Err(e))),
+                }
+            })
+        })
+        .map_err(|e| format!("spawning the cluster thread: {e}"))?;
+    started
+        .recv()
+        .map_err(|_| "the cluster thread ended before the cluster was ready".to_string())??;
     Ok(SharedCluster {
         kubeconfig_path,
         operator_kubeconfig_path: None,
-        _dev: Some(Mutex::new((child, stdin))),
     })
+}
+
+/// Removes the state folders (named by process id) of test processes that
+/// have exited.
+fn sweep_dead_states(states: &Path) {
+    let Ok(entries) = std::fs::read_dir(states) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let pid = entry.file_name();
+        if !Path::new("/proc").join(&pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn kubectl_admin(kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
@@ -125,7 +172,7 @@ fn kubectl_admin(kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
 /// Installs `manifests/rbac` (and the namespace it lives in) and returns a
 /// kubeconfig holding a token of the operator's ServiceAccount.
 fn operator_credentials(admin: &Path) -> Result<PathBuf, String> {
-    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let manifests = repo_root().join("manifests");
     kubectl_admin(
         admin,
         &[
@@ -453,7 +500,7 @@ pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) 
 /// test's stays, to be looked at). The local cluster dies with the binary.
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        if cluster()._dev.is_none() && !std::thread::panicking() {
+        if cluster().operator_kubeconfig_path.is_none() && !std::thread::panicking() {
             let _ = kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
         }
     }
@@ -706,7 +753,7 @@ pub fn image(upstream: &str) -> String {
     if !real_containers() {
         return upstream.to_string();
     }
-    use podkeeper::kind::versions::{
+    use podkeeper_dev::kind::versions::{
         HTTPD_IMAGE, HTTPD_ROLLOUT_IMAGES, REDIS_IMAGE, REDIS_ROLLOUT_IMAGES,
     };
     let (first, rest, order): (&str, [&str; 3], [&str; 4]) = if upstream.starts_with("redis") {

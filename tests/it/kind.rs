@@ -14,7 +14,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::crd::{Application, Redis};
 use podkeeper::engine::pods::PodIdentity;
-use podkeeper::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
+use podkeeper_dev::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
 use serde_json::json;
 
 use crate::harness::{
@@ -824,7 +824,7 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
 
 #[tokio::test]
 async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replicas_resync() {
-    use podkeeper::kind::versions::REDIS_ROLLOUT_IMAGES;
+    use podkeeper_dev::kind::versions::REDIS_ROLLOUT_IMAGES;
     let env = TestEnv::new("kind-in-place").await;
     let host = replicated(&env, "kv", 3).await;
     let redis: Api<Redis> = env.api();

@@ -11,10 +11,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use podkeeper::bench::redis::session::{InvariantWatch, Session};
-use podkeeper::bench::redis::{self as bench, writer};
 use podkeeper::crd::Redis;
-use podkeeper::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
+use podkeeper_dev::bench::redis::session::{InvariantWatch, Session};
+use podkeeper_dev::bench::redis::{self as bench, writer};
+use podkeeper_dev::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -236,7 +236,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
                     // image (an image-only change updates Pods in place;
                     // a new Pod would count too).
                     let want = images[image];
-                    podkeeper::bench::redis::session::wait(
+                    podkeeper_dev::bench::redis::session::wait(
                         "a Pod on the rollout's image",
                         Duration::from_secs(300),
                         || async {
@@ -267,7 +267,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
         }
         if matches!(fault, Fault::Rollout | Fault::RolloutAndKillOperator) {
             let want = images[image];
-            podkeeper::bench::redis::session::wait(
+            podkeeper_dev::bench::redis::session::wait(
                 "the rollout",
                 Duration::from_secs(600),
                 || async {
@@ -286,7 +286,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
             .unwrap();
         }
         if matches!(fault, Fault::DeletePrimaryPod | Fault::Kill9Primary) {
-            podkeeper::bench::redis::session::wait(
+            podkeeper_dev::bench::redis::session::wait(
                 "a new primary",
                 Duration::from_secs(300),
                 || async { (redis.get(name).await.ok()?.primary_pod()? != primary).then_some(()) },

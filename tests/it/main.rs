@@ -1,12 +1,11 @@
-//! Integration tests against a real control plane (see `harness`).
+//! The operator's integration tests against a real control plane (see
+//! `harness`): the local one built from source, or kind with `just e2e`.
+//! The dev tools' own tests (`podkeeper-dev dev`, `bench`) are in
+//! dev/tests/it.
 
 mod application;
-mod bench;
 mod bounds;
 mod cluster;
-mod dev;
-#[cfg(feature = "kind-e2e")]
-mod dev_kind;
 mod harness;
 mod hostile;
 mod inplace;

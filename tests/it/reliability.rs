@@ -558,7 +558,7 @@ async fn chaos_with_the_operator_killed_again_and_again_keeps_the_invariant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_rides_out_an_apiserver_restart_without_restarting() {
-    use podkeeper::localcluster::{ClusterOptions, LocalCluster};
+    use podkeeper_dev::localcluster::{ClusterOptions, LocalCluster};
     // A cluster of its own: the shared one must not lose its apiserver.
     let mut cluster = LocalCluster::start(ClusterOptions::default())
         .await

@@ -163,8 +163,16 @@ impl Policy {
     pub(crate) async fn remove(self) {
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(self.client.clone());
         let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
-        let _ = bindings.delete(&self.name, &DeleteParams::default()).await;
-        let _ = policies.delete(&self.name, &DeleteParams::default()).await;
+        // A delete that failed would leave the refusal in place and show
+        // up much later as a wait for it to end that times out.
+        bindings
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+        policies
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
     }
 }
 
@@ -243,6 +251,20 @@ fn probe_pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// A Pod of the test's own for dry-run deletes to probe: owned by nothing,
+/// so neither the operator's cleanup or scale-down nor the garbage
+/// collector deletes it, and only admission decides how a dry-run delete of
+/// it is answered. (Probing one of the Redis's Pods instead loses a race
+/// once the refusal ends: the operator's retry deletes that Pod, kwok
+/// removes it at once, and from then on every probe is a 404.)
+async fn delete_probe(env: &TestEnv) -> String {
+    let pods: Api<Pod> = env.api();
+    pods.create(&PostParams::default(), &probe_pod("delete-probe"))
+        .await
+        .unwrap()
+        .name_any()
+}
+
 /// Waits until a dry-run `request` gets an answer `wanted` accepts:
 /// policies and webhooks take effect a moment after they exist.
 async fn answered<T, F, Fut>(what: &str, wanted: fn(&Result<T, kube::Error>) -> bool, request: F)
@@ -256,10 +278,19 @@ where
     .await;
 }
 
-/// Refused (any error) when `refused`, allowed otherwise.
+/// Whether `result` is a test [`Policy`]'s refusal, as the API server words
+/// it ("ValidatingAdmissionPolicy 'refuse-...' with binding ... denied
+/// request: ..."), and not another error that would pass for one (a 404, a
+/// timeout under load).
+fn policy_refusal<T>(result: &Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(s))
+        if s.message.contains("ValidatingAdmissionPolicy 'refuse-"))
+}
+
+/// Refused by a test policy when `refused`, allowed otherwise.
 fn refused_if<T>(refused: bool) -> fn(&Result<T, kube::Error>) -> bool {
     if refused {
-        Result::is_err
+        policy_refusal
     } else {
         Result::is_ok
     }
@@ -304,7 +335,7 @@ async fn creates_refused(env: &TestEnv, refused: bool) {
     answered(&what, refused_if(refused), || pods.create(&dry, &probe)).await;
 }
 
-/// The same for deleting `pod` (dry run).
+/// The same for deleting `pod` (dry run), a [`delete_probe`].
 async fn deletes_refused(env: &TestEnv, pod: &str, refused: bool) {
     let pods: Api<Pod> = env.api();
     let dry = DeleteParams {
@@ -398,14 +429,15 @@ async fn a_policy_that_refuses_pod_deletes_holds_a_scale_down_until_removed() {
     let env = TestEnv::new("refuse-delete").await;
     let mut op = env.start_operator();
     create_redis(&env, "sticky", 3).await;
-    let pods = converged(&env, "sticky", 3).await;
+    converged(&env, "sticky", 3).await;
+    let probe = delete_probe(&env).await;
     let policy = Policy::refuse(&env, "DELETE").await;
-    deletes_refused(&env, &pods[0].name_any(), true).await;
+    deletes_refused(&env, &probe, true).await;
     scale(&env, "sticky", 1).await;
     let r = wait_failure(&env, "sticky", "FailedDelete").await;
     assert_eq!(live_pods(&env, &r.metadata.uid.unwrap()).await.len(), 3);
     policy.remove().await;
-    deletes_refused(&env, &pods[0].name_any(), false).await;
+    deletes_refused(&env, &probe, false).await;
     converged(&env, "sticky", 1).await;
     op.assert_running();
 }
@@ -829,8 +861,8 @@ async fn pod_deletes_answered_500_hold_a_scale_down_until_the_webhook_is_back() 
         dry_run: true,
         ..Default::default()
     };
-    let victim = before[0].name_any();
-    let probe = || pods.delete(&victim, &dry);
+    let probed = delete_probe(&env).await;
+    let probe = || pods.delete(&probed, &dry);
     let webhook = DownWebhook::on(&env, "pods", "DELETE").await;
     answered_500("Pod deletes", true, probe).await;
 
@@ -1032,9 +1064,10 @@ async fn a_deletion_whose_pod_deletes_are_refused_waits_and_then_completes() {
     let mut op = env.start_operator();
     let recorder = crate::bounds::Recorder::start(&env).await;
     let uid = create_redis(&env, "kept", 2).await.uid().unwrap();
-    let pods = converged(&env, "kept", 2).await;
+    converged(&env, "kept", 2).await;
+    let probe = delete_probe(&env).await;
     let policy = Policy::refuse(&env, "DELETE").await;
-    deletes_refused(&env, &pods[0].name_any(), true).await;
+    deletes_refused(&env, &probe, true).await;
 
     let api: Api<Redis> = env.api();
     api.delete("kept", &DeleteParams::default()).await.unwrap();
@@ -1058,7 +1091,7 @@ async fn a_deletion_whose_pod_deletes_are_refused_waits_and_then_completes() {
 
     // Cleanup forgets the refused deletes, so its retries send them again.
     policy.remove().await;
-    deletes_refused(&env, &pods[0].name_any(), false).await;
+    deletes_refused(&env, &probe, false).await;
     wait_for("the Redis and its Pods gone", TIMEOUT, || async {
         let redis_gone = api.get_opt("kept").await.ok()?.is_none();
         (redis_gone && live_pods(&env, &uid).await.is_empty()).then_some(())

@@ -6,8 +6,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::cli::{DevArgs, RedisConnect};
-use crate::operator;
+use crate::cli::DevArgs;
+use podkeeper::cli::RedisConnect;
+use podkeeper::operator;
 
 use super::{UpOptions, versions};
 
@@ -59,7 +60,7 @@ pub async fn run(
     operator_args
         .redis_connect
         .get_or_insert(RedisConnect::PortForward);
-    operator::run(client, operator_args, stop).await
+    Ok(operator::run(client, operator_args, stop).await?)
 }
 
 /// Two operators on one cluster would both reconcile every object (and

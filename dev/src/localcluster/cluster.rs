@@ -33,6 +33,9 @@ pub struct ClusterOptions {
     /// benchmarks that count requests by user agent); see
     /// [`LocalCluster::audit_log_path`].
     pub audit_log: bool,
+    /// Where the state directory (PKI, etcd data, logs) is made: the
+    /// system's temporary directory unless set.
+    pub state_parent: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -41,6 +44,7 @@ impl Default for ClusterOptions {
             nodes: 3,
             raise_qps_limits: false,
             audit_log: false,
+            state_parent: None,
         }
     }
 }
@@ -109,7 +113,12 @@ impl LocalCluster {
         let started = Instant::now();
         let state = tempfile::Builder::new()
             .prefix("podkeeper-cluster-")
-            .tempdir()
+            .tempdir_in(
+                options
+                    .state_parent
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir),
+            )
             .map_err(|e| Error::io("creating the cluster state directory".into(), e))?;
         let dir = state.path().to_path_buf();
         let pki = pki::generate(&dir)?;
@@ -148,7 +157,7 @@ impl LocalCluster {
             state: Some(state),
         };
 
-        eprintln!(
+        progress!(
             "podkeeper: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok"
         );
         cluster.spawn(
@@ -198,7 +207,7 @@ impl LocalCluster {
 
         create_nodes(&client, options.nodes).await?;
         cluster.wait_nodes_ready(&client, options.nodes).await?;
-        eprintln!(
+        progress!(
             "podkeeper: local cluster ready at {} with {} kwok nodes in {:.1}s",
             cluster.apiserver_url,
             options.nodes,
@@ -692,7 +701,7 @@ fn keep_pod_traffic_local() {
         .output()
     {
         Ok(o) if o.status.success() => {
-            eprintln!(
+            progress!(
                 "podkeeper: added route `unreachable {POD_CIDR}`: connections to kwok Pod IPs stay on this machine"
             );
             return;
@@ -701,7 +710,7 @@ fn keep_pod_traffic_local() {
         Err(e) => e.to_string(),
     };
     if !failed.contains("File exists") {
-        eprintln!(
+        progress!(
             "podkeeper: warning: cannot add route `unreachable {POD_CIDR}` ({failed}): connections to kwok Pod IPs (the operator's Redis rounds) follow the default route"
         );
     }

@@ -92,7 +92,7 @@ pub fn ensure_binaries() -> Result<Binaries, Error> {
     let lock = File::create(&lock_path)
         .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
     if lock.try_lock().is_err() {
-        eprintln!("podkeeper: another process is building the control plane; waiting for its lock");
+        progress!("podkeeper: another process is building the control plane; waiting for its lock");
         lock.lock()
             .map_err(|e| Error::io("waiting for the build lock".into(), e))?;
     }
@@ -277,7 +277,7 @@ pub(crate) fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, E
         return Ok(out_dir);
     }
     let started = Instant::now();
-    eprintln!(
+    progress!(
         "podkeeper: building {} from Go modules (once per machine; the Kubernetes build takes about 15-25 minutes on 2 cores)",
         build.key
     );
@@ -326,7 +326,7 @@ pub(crate) fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, E
             packages += 1;
         }
         if last_report.elapsed() >= Duration::from_secs(20) {
-            eprintln!(
+            progress!(
                 "podkeeper: building {}: {packages} packages compiled, {}s elapsed",
                 build.key,
                 started.elapsed().as_secs()
@@ -355,7 +355,7 @@ pub(crate) fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, E
     let _ = fs::remove_dir_all(&out_dir);
     fs::rename(&tmp_out, &out_dir)
         .map_err(|e| Error::io(format!("moving {} into place", out_dir.display()), e))?;
-    eprintln!(
+    progress!(
         "podkeeper: built {} in {}s",
         build.key,
         started.elapsed().as_secs()

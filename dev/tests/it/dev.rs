@@ -11,7 +11,8 @@ use kube::api::PostParams;
 use podkeeper::crd::Redis;
 use serde_json::json;
 
-use crate::harness::{BIN, TestEnv, cluster, http_get, logs_dir, wait_for};
+use crate::DEV_BIN;
+use crate::harness::{TestEnv, cluster, http_get, logs_dir, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -63,10 +64,10 @@ pub fn spawn_dev(
     let stderr = std::fs::File::create(log).expect("dev log");
     let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
         let mut c = Command::new("/usr/bin/setpriv");
-        c.args(["--pdeathsig", "KILL", "--", BIN]);
+        c.args(["--pdeathsig", "KILL", "--", DEV_BIN]);
         c
     } else {
-        Command::new(BIN)
+        Command::new(DEV_BIN)
     };
     match kubeconfig {
         Some(path) => cmd.env("KUBECONFIG", path),

@@ -56,7 +56,7 @@ impl Error {
 pub(crate) fn progress(message: &str) {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     let start = START.get_or_init(Instant::now);
-    eprintln!(
+    progress!(
         "podkeeper kind [{:>4}s]: {message}",
         start.elapsed().as_secs()
     );

@@ -4,12 +4,12 @@
 
 use std::process::Command;
 
-use crate::harness::BIN;
+use crate::DEV_BIN;
 
 #[test]
 fn bench_quick_runs_every_stage_idles_without_writes_and_deletes_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(DEV_BIN)
         .args(["bench", "--quick"])
         .current_dir(dir.path())
         .output()

@@ -8,7 +8,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::cli::DevArgs;
 use crate::localcluster::{ClusterOptions, LocalCluster};
-use crate::operator;
+use podkeeper::operator;
 
 /// True when a kubeconfig or in-cluster config is available.
 async fn cluster_configured() -> bool {
@@ -29,11 +29,11 @@ pub async fn run(args: DevArgs) -> Result<(), crate::Error> {
         let client = operator::client_from_env().await?;
         eprintln!("podkeeper: using the configured cluster; installing CRDs");
         operator::install_crds(&client).await?;
-        return operator::run(client, args.operator.with_dev_defaults(), stop).await;
+        return Ok(operator::run(client, args.operator.with_dev_defaults(), stop).await?);
     }
 
     let cluster = tokio::select! {
-        c = LocalCluster::start(ClusterOptions { nodes: args.nodes, raise_qps_limits: args.raise_qps_limits, audit_log: false }) => c?,
+        c = LocalCluster::start(ClusterOptions { nodes: args.nodes, raise_qps_limits: args.raise_qps_limits, audit_log: false, ..Default::default() }) => c?,
         _ = stop.clone() => return Ok(()),
     };
     serve(&args, cluster, stop).await
@@ -63,7 +63,7 @@ async fn serve(
             Ok(())
         } else {
             let operator_args = args.operator.clone().with_dev_defaults();
-            operator::run(client, operator_args, stop.clone()).await
+            Ok(operator::run(client, operator_args, stop.clone()).await?)
         }
     };
     let result = tokio::select! {

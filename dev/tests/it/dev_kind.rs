@@ -12,8 +12,9 @@ use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use podkeeper::crd::Redis;
 
+use crate::DEV_BIN;
 use crate::dev::{assert_created, endpoints, spawn_dev, stop};
-use crate::harness::{BIN, cluster, exec_in, http_get, logs_dir, wait_for};
+use crate::harness::{cluster, exec_in, http_get, logs_dir, wait_for};
 
 /// The cluster the first test creates for itself, and deletes.
 const OWN_CLUSTER: &str = "podkeeper-dev-it";
@@ -41,7 +42,7 @@ async fn client_for(kubeconfig: &Path) -> kube::Client {
 }
 
 fn kind_clusters() -> Vec<String> {
-    let out = Command::new(BIN)
+    let out = Command::new(DEV_BIN)
         .args(["kind", "bin"])
         .output()
         .expect("podkeeper kind bin");
@@ -64,7 +65,7 @@ struct DeleteOnDrop(&'static str);
 
 impl Drop for DeleteOnDrop {
     fn drop(&mut self) {
-        let _ = Command::new(BIN)
+        let _ = Command::new(DEV_BIN)
             .args(["kind", "down", "--name", self.0])
             .status();
     }
@@ -119,8 +120,14 @@ async fn dev_kind_runs_the_operator_on_real_containers_where_redis_serves_and_re
         assert!(out.status.success(), "kubectl {args:?}: {out:?}");
     };
     kubectl(&["create", "namespace", namespace]);
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/redis-kind.yaml");
-    kubectl(&["--namespace", namespace, "apply", "-f", sample]);
+    let sample = crate::harness::repo_root().join("samples/redis-kind.yaml");
+    kubectl(&[
+        "--namespace",
+        namespace,
+        "apply",
+        "-f",
+        sample.to_str().expect("a UTF-8 path"),
+    ]);
     let api: Api<Redis> = Api::namespaced(client.clone(), namespace);
     let redis = wait_for(
         "the sample Redis: Ready with a primary and 2 linked replicas",
