@@ -13,15 +13,16 @@
 //! The dev tools (local control plane, kind, `dev`, benchmarks) live in the
 //! `podkeeper-dev` crate beside this one.
 
+pub mod api;
+pub mod application;
 pub mod cli;
-pub mod controller;
-pub mod crd;
-pub mod engine;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod operator;
-pub mod replication;
+pub mod podset;
+pub mod redis;
+pub mod runtime;
 pub mod telemetry;
 
 /// Top-level errors of the commands.

@@ -31,7 +31,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => podkeeper::operator::run_from_env(args).await,
-            Command::Crd { out_dir } => podkeeper::crd::print_all(out_dir.as_deref()),
+            Command::Crd { out_dir } => podkeeper::api::print_all(out_dir.as_deref()),
         }
     });
     match result {

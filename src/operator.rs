@@ -14,21 +14,20 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::api::{Application, Redis};
+use crate::application::service::ServiceExtras;
 use crate::cli::{RedisConnect, RunArgs};
-use crate::controller::applier::ServiceApplier;
-use crate::controller::podset::{self, Ctx};
-use crate::controller::redis_replication::ReplicationExtras;
-use crate::controller::service::ServiceExtras;
-use crate::controller::{
-    self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, pod_watch,
-};
-use crate::crd::{Application, Redis};
-use crate::engine::events::EventRecorder;
-use crate::engine::executor::Executor;
-use crate::engine::expectations::Expectations;
 use crate::http::{self, Readiness};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::podset::executor::Executor;
+use crate::podset::expectations::Expectations;
+use crate::podset::reconcile::{self as podset, Ctx};
+use crate::podset::watch as pod_watch;
+use crate::redis::hooks::ReplicationExtras;
+use crate::runtime::events::EventRecorder;
+use crate::runtime::service_applier::ServiceApplier;
+use crate::runtime::{self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// `podkeeper run`: the usual kubeconfig resolution, stopped by SIGINT or
 /// SIGTERM.
@@ -127,7 +126,7 @@ fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
 }
 
 async fn log_results<K: Resource, E: std::error::Error + 'static>(
-    results: impl Stream<Item = Result<(ObjectRef<K>, Action), ControllerError<controller::Error, E>>>,
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), ControllerError<runtime::Error, E>>>,
 ) {
     results
         .for_each(|result| async move {
@@ -238,7 +237,7 @@ pub async fn run(
         recorder: Arc::new(recorder),
         expectations,
         metrics,
-        controller: controller::redis::CONTROLLER,
+        controller: crate::redis::CONTROLLER,
     };
     let (redis_services, redis_service_events) = service_watch(&client, namespace);
     let redis_ctx = Ctx::<Redis>::new(
@@ -421,7 +420,7 @@ fn application_context(
 ) -> (Arc<Ctx<Application>>, ServiceTrigger) {
     let (services, stream) = service_watch(client, namespace);
     let executor = Executor {
-        controller: controller::application::CONTROLLER,
+        controller: crate::application::CONTROLLER,
         ..executor
     };
     let applier = ServiceApplier::new(executor.clone(), services, wake, in_flight);
@@ -437,7 +436,7 @@ fn application_context(
 pub async fn install_crds(client: &Client) -> Result<(), crate::Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for crd in crate::crd::all() {
+    for crd in crate::api::all() {
         let name = crd.name_any();
         api.patch(&name, &params, &Patch::Apply(&crd)).await?;
         let established = kube::runtime::conditions::is_crd_established();

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
-use podkeeper::replication::act::{self, Memory, PodRef, Round};
-use podkeeper::replication::client::{Access, Endpoint, Node, Route, Timeouts};
-use podkeeper::replication::config;
-use podkeeper::replication::info::Role;
-use podkeeper::replication::topology::{Member, RecordedPrimary, Settings};
-use podkeeper::replication::{ClientError, api::PrimaryStatus};
+use podkeeper::api::replication::PrimaryStatus;
+use podkeeper::redis::replication::ClientError;
+use podkeeper::redis::replication::act::{self, Memory, PodRef, Round};
+use podkeeper::redis::replication::client::{Access, Endpoint, Node, Route, Timeouts};
+use podkeeper::redis::replication::config;
+use podkeeper::redis::replication::info::Role;
+use podkeeper::redis::replication::topology::{Member, RecordedPrimary, Settings};
 use tokio::process::{Child, Command};
 
 const LOOPBACK: &str = "127.0.0.1";
@@ -564,7 +565,7 @@ async fn a_switchover_loses_no_acknowledged_write() {
     assert!(
         round.outcome.done.iter().any(|a| matches!(
             a,
-            podkeeper::replication::topology::Action::Switchover { .. }
+            podkeeper::redis::replication::topology::Action::Switchover { .. }
         )),
         "{:?}",
         round.plan
@@ -637,9 +638,9 @@ async fn an_old_primary_that_returns_is_fenced() {
     assert!(
         round.outcome.done.iter().any(|a| matches!(
             a,
-            podkeeper::replication::topology::Action::Replicate {
+            podkeeper::redis::replication::topology::Action::Replicate {
                 pod,
-                why: podkeeper::replication::topology::Why::Fence,
+                why: podkeeper::redis::replication::topology::Why::Fence,
                 ..
             } if *pod == old
         )),
@@ -713,7 +714,7 @@ async fn a_primary_restarted_empty_never_wipes_its_replicas() {
         .await;
     assert_eq!(
         round.plan.cause,
-        Some(podkeeper::replication::topology::Cause::PrimaryRestarted)
+        Some(podkeeper::redis::replication::topology::Cause::PrimaryRestarted)
     );
     let new = round.plan.primary.unwrap();
     assert!(replicas.contains(&new));
@@ -832,7 +833,7 @@ async fn a_deleted_primary_pod_is_replaced_at_once_and_its_successor_joins_as_a_
     let round = set.round().await;
     assert_eq!(
         round.plan.cause,
-        Some(podkeeper::replication::topology::Cause::PrimaryGone),
+        Some(podkeeper::redis::replication::topology::Cause::PrimaryGone),
         "no waiting for failover_after: the Pod is gone"
     );
     let new = round.plan.primary.clone().unwrap();
@@ -862,7 +863,8 @@ async fn scaling_down_to_one_keeps_the_primary_and_every_key() {
             .filter(|s| s.name != primary)
             .map(|s| s.name.clone()),
     );
-    let victims = podkeeper::replication::topology::scale_down_victims(&ranked, 2, Some(&primary));
+    let victims =
+        podkeeper::redis::replication::topology::scale_down_victims(&ranked, 2, Some(&primary));
     assert!(!victims.contains(&primary));
     for v in &victims {
         set.server_mut(v).kill9().await;
@@ -996,7 +998,7 @@ async fn chaos_keeps_one_primary_and_every_acknowledged_write() {
 fn probe_ready(port: u16, password: Option<&str>) -> bool {
     let mut cmd = std::process::Command::new("sh");
     cmd.arg("-c")
-        .arg(podkeeper::replication::objects::readiness_command(
+        .arg(podkeeper::redis::replication::objects::readiness_command(
             port,
             password.is_some(),
         ))

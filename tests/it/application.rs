@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::Application;
+use podkeeper::api::Application;
 use serde_json::{Value, json};
 
 use crate::bounds::Recorder;

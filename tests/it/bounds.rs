@@ -46,8 +46,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Application, Redis};
-use podkeeper::engine::inplace;
+use podkeeper::api::{Application, Redis};
+use podkeeper::podset::inplace;
 use serde::de::DeserializeOwned;
 
 use crate::harness::{TestEnv, is_ready};

@@ -832,7 +832,7 @@ where
         .boxed()
 }
 
-pub use podkeeper::engine::pods::pod_is_ready as is_ready;
+pub use podkeeper::podset::pods::pod_is_ready as is_ready;
 
 /// The Pod's controller owner has `uid`.
 pub fn owned_by(p: &k8s_openapi::api::core::v1::Pod, uid: &str) -> bool {

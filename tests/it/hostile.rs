@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
-use podkeeper::crd::{Application, Redis};
+use podkeeper::api::{Application, Redis};
 use serde_json::{Value, json};
 
 use crate::harness::image;

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Redis, RedisSpec};
+use podkeeper::api::{Redis, RedisSpec};
 use serde_json::json;
 
 use crate::bounds::Recorder;

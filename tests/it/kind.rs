@@ -12,8 +12,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Application, Redis};
-use podkeeper::engine::pods::PodIdentity;
+use podkeeper::api::{Application, Redis};
+use podkeeper::podset::pods::PodIdentity;
 use podkeeper_dev::kind::versions::{HTTPD_IMAGE, REDIS_IMAGE};
 use serde_json::json;
 
@@ -877,7 +877,7 @@ async fn an_image_rollout_updates_pods_in_place_keeping_their_ips_and_the_replic
                     .and_then(|s| s.container_statuses.as_ref())
                     .is_some_and(|cs| {
                         cs.iter().all(|c| {
-                            c.ready && podkeeper::engine::inplace::same_image(&c.image, new_image)
+                            c.ready && podkeeper::podset::inplace::same_image(&c.image, new_image)
                         })
                     })
             });

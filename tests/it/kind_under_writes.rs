@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 use podkeeper_dev::bench::redis::session::{InvariantWatch, Session};
 use podkeeper_dev::bench::redis::{self as bench, writer};
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
@@ -191,9 +191,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
         let r = redis.get(name).await.unwrap();
         let primary = r.primary_pod().expect("a primary").to_string();
         let members: Vec<String> = pods
-            .list(
-                &ListParams::default().labels(&podkeeper::controller::redis::selector_string(name)),
-            )
+            .list(&ListParams::default().labels(&podkeeper::redis::selector_string(name)))
             .await
             .unwrap()
             .items

@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 use serde_json::json;
 
 use crate::harness::{Operator, TestEnv, wait_for};

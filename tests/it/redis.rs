@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Redis, RedisSpec, RedisStatus};
+use podkeeper::api::{Redis, RedisSpec, RedisStatus};
 use serde_json::json;
 
 use crate::bounds::Recorder;
@@ -245,7 +245,7 @@ async fn kubectl_scale_and_wait_work_through_the_subresources() {
         .map(str::to_string);
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     let row: Vec<&str> = row.into_iter().filter(|c| *c != "<none>").collect();
-    let default_image = image(podkeeper::crd::redis::DEFAULT_IMAGE);
+    let default_image = image(podkeeper::api::redis::DEFAULT_IMAGE);
     let mut want = vec!["kc", "3", "3"];
     want.extend(primary.as_deref());
     want.extend([default_image.as_str(), "6379"]);
@@ -382,7 +382,7 @@ async fn a_scale_down_shows_terminating_pods_only_when_they_take_long() {
         .unwrap_or_else(|| panic!("slow: no status showed the Pods terminating: {slow:#?}"));
     let after = shown.duration_since(scaled);
     assert!(
-        after >= podkeeper::controller::DRAIN_GRACE,
+        after >= podkeeper::runtime::DRAIN_GRACE,
         "slow: the terminating Pods were shown {after:?} after the scale, within the grace"
     );
     assert!(
@@ -752,7 +752,7 @@ async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
         .await
         .unwrap();
     assert_eq!((r.spec.replicas, r.spec.port), (1, 6379));
-    assert_eq!(r.spec.image, podkeeper::crd::redis::DEFAULT_IMAGE);
+    assert_eq!(r.spec.image, podkeeper::api::redis::DEFAULT_IMAGE);
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 use serde_json::json;
 
 use crate::harness::{TestEnv, image, is_ready, owned_by, wait_for};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 use serde_json::json;
 
 use crate::harness::image;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
-use podkeeper::crd::{Application, Redis};
+use podkeeper::api::{Application, Redis};
 use serde_json::{Value, json};
 
 use crate::harness::{PodDelays, TestEnv, image, is_ready, owned_by, wait_for};

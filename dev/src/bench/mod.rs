@@ -37,8 +37,8 @@ use self::report::{Convergence, Healing, Idle, Phases, Role, Teardown};
 pub use self::report::{Markdown, Report};
 use crate::cli::BenchArgs;
 use crate::localcluster::{ClusterOptions, LocalCluster, versions};
-use podkeeper::crd::Redis;
-use podkeeper::engine::pods::pod_is_ready;
+use podkeeper::api::Redis;
+use podkeeper::podset::pods::pod_is_ready;
 
 /// Requests in flight when the driver creates, scales or deletes objects.
 const CONCURRENCY: usize = 64;
@@ -220,7 +220,7 @@ struct Contender<K> {
 /// podkeeper's: both controllers then manage the same Pods, which cost the
 /// apiserver, the endpoint controllers, the scheduler and kwok the same.
 fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
-    use podkeeper::controller::podset::PodSet;
+    use podkeeper::podset::reconcile::PodSet;
     let mut redis: Redis = serde_json::from_value(json!({
         "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
         "metadata": {"name": format!("r{i}"), "namespace": "bench"},
@@ -237,10 +237,10 @@ fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
     let role = meta
         .labels
         .as_ref()
-        .and_then(|l| l.get(podkeeper::replication::api::ROLE_LABEL))
+        .and_then(|l| l.get(podkeeper::api::replication::ROLE_LABEL))
         .cloned();
     let mut labels = selector.clone();
-    labels.extend(role.map(|r| (podkeeper::replication::api::ROLE_LABEL.to_string(), r)));
+    labels.extend(role.map(|r| (podkeeper::api::replication::ROLE_LABEL.to_string(), r)));
     meta.labels = Some(labels);
     // Spread by the ReplicaSet's label, as podkeeper spreads by its own.
     for c in template
@@ -270,7 +270,7 @@ fn replicaset_services(i: usize) -> Vec<serde_json::Value> {
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": format!("r{i}{suffix}")},
                 "spec": {
-                    "selector": {"bench": format!("r{i}"), podkeeper::replication::api::ROLE_LABEL: role},
+                    "selector": {"bench": format!("r{i}"), podkeeper::api::replication::ROLE_LABEL: role},
                     "ports": [{"name": "redis", "port": 6379, "targetPort": 6379}],
                 }
             })
@@ -639,7 +639,7 @@ impl Bench {
             async move {
                 let pod: Pod = serde_json::from_value(json!({
                     "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")},
-                    "spec": {"containers": [{"name": "redis", "image": podkeeper::crd::redis::DEFAULT_IMAGE}]}
+                    "spec": {"containers": [{"name": "redis", "image": podkeeper::api::redis::DEFAULT_IMAGE}]}
                 }))?;
                 api.create(&PostParams::default(), &pod).await?;
                 Ok(())
@@ -952,7 +952,7 @@ mod tests {
         let template = &rs["spec"]["template"];
         assert_eq!(
             template["metadata"]["labels"],
-            json!({"bench": "r7", podkeeper::replication::api::ROLE_LABEL: "replica"}),
+            json!({"bench": "r7", podkeeper::api::replication::ROLE_LABEL: "replica"}),
             "its r7-replicas Service selects its Pods, as podkeeper's selects podkeeper's"
         );
         assert_eq!(
@@ -962,7 +962,7 @@ mod tests {
         let redis: Redis =
             serde_json::from_value((redis_contender("ns".into()).make)(7, 3)).unwrap();
         let ours = serde_json::to_value(
-            podkeeper::controller::podset::PodSet::pod_set(&redis)
+            podkeeper::podset::reconcile::PodSet::pod_set(&redis)
                 .unwrap()
                 .template
                 .spec,
@@ -977,9 +977,9 @@ mod tests {
         {
             assert_eq!(c["labelSelector"], json!({"matchLabels": {"bench": "r7"}}));
         }
-        let owner = podkeeper::engine::executor::Owner::of(&redis, "Redis");
+        let owner = podkeeper::podset::executor::Owner::of(&redis, "Redis");
         assert_eq!(
-            podkeeper::controller::redis::desired_services(&redis, &owner).len(),
+            podkeeper::redis::desired_services(&redis, &owner).len(),
             SERVICES_PER_OBJECT
         );
         assert_eq!(replicaset_services(7).len(), SERVICES_PER_OBJECT);

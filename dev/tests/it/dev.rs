@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::Api;
 use kube::api::PostParams;
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 use serde_json::json;
 
 use crate::DEV_BIN;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use podkeeper::crd::Redis;
+use podkeeper::api::Redis;
 
 use crate::DEV_BIN;
 use crate::dev::{assert_created, endpoints, spawn_dev, stop};

@@ -21,7 +21,7 @@ use serde::Serialize;
 use self::session::{InvariantWatch, Session, load_average, now};
 use super::measure::{Percentiles, percentiles};
 use crate::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
-use podkeeper::engine::pods::PodIdentity;
+use podkeeper::podset::pods::PodIdentity;
 
 const PORT: u16 = 6379;
 /// How long one failover, rollout or scale-down may take before the run fails.
@@ -56,7 +56,7 @@ fn other(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Other(e.to_string())
 }
 
-fn primary(r: &podkeeper::crd::Redis) -> Result<String, crate::Error> {
+fn primary(r: &podkeeper::api::Redis) -> Result<String, crate::Error> {
     r.primary_pod()
         .map(str::to_string)
         .ok_or_else(|| other("no primary"))
@@ -209,7 +209,7 @@ async fn start(
 
 async fn delete_redis(session: &Session, name: &str) -> Result<(), crate::Error> {
     session
-        .api::<podkeeper::crd::Redis>()
+        .api::<podkeeper::api::Redis>()
         .delete(name, &Default::default())
         .await?;
     Ok(())
@@ -233,7 +233,7 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
         let old_run_id = session.run_id(&old, PORT)?;
         session.writes_accepted(10).await?;
         let killed_at = session.kill_9(&old).await?;
-        let redis = session.api::<podkeeper::crd::Redis>();
+        let redis = session.api::<podkeeper::api::Redis>();
         session::wait("a new primary", STEP_TIMEOUT, || async {
             let r = redis.get(name).await.ok()?;
             (r.primary_pod()? != old).then_some(())

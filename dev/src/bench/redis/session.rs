@@ -17,9 +17,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::writer;
-use podkeeper::crd::Redis;
-use podkeeper::engine::pods::pod_is_ready;
-use podkeeper::replication::api::ROLE_LABEL;
+use podkeeper::api::Redis;
+use podkeeper::api::replication::ROLE_LABEL;
+use podkeeper::podset::pods::pod_is_ready;
 
 fn other(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Other(e.to_string())
@@ -259,7 +259,7 @@ impl Session {
     /// redis-cli in `pod` against its own server, with the member's
     /// password if spec.auth gave it one.
     pub fn redis_cli(&self, pod: &str, port: u16, command: &str) -> Result<String, crate::Error> {
-        let pw = podkeeper::replication::config::PASSWORD_ENV;
+        let pw = podkeeper::redis::replication::config::PASSWORD_ENV;
         Ok(self
             .sh(
                 pod,
@@ -485,7 +485,7 @@ impl Session {
 
 /// The live (not terminating) Pods of Redis `name`.
 pub async fn member_pods(pods: &Api<Pod>, name: &str) -> Option<Vec<Pod>> {
-    let selector = podkeeper::controller::redis::selector_string(name);
+    let selector = podkeeper::redis::selector_string(name);
     Some(
         pods.list(&ListParams::default().labels(&selector))
             .await
@@ -539,7 +539,7 @@ impl InvariantWatch {
     pub fn start(session: &Session, name: &str) -> InvariantWatch {
         let seen = Arc::new(Mutex::new(Invariants::default()));
         let pods: Api<Pod> = session.api();
-        let selector = podkeeper::controller::redis::selector_string(name);
+        let selector = podkeeper::redis::selector_string(name);
         let pod_seen = seen.clone();
         let pod_task = tokio::spawn(async move {
             let mut live: std::collections::BTreeMap<String, bool> = Default::default();

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::info::{ReplicationInfo, Role};
+use crate::redis::replication::info::{ReplicationInfo, Role};
 
 /// New Pods start as replicas of this address, which never answers, so that
 /// no Pod ever comes up as an empty primary that others sync from.

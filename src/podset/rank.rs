@@ -15,7 +15,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::ObservedPod;
+use crate::podset::ObservedPod;
 
 /// Sorts `pods` so that the first one is the first to delete.
 pub fn sort_for_deletion(pods: &mut [&ObservedPod]) {
@@ -54,8 +54,8 @@ fn compare(a: &ObservedPod, b: &ObservedPod, a_colocated: usize, b_colocated: us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pods::Phase;
-    use crate::engine::pods::test_support::{pending, pod};
+    use crate::podset::pods::Phase;
+    use crate::podset::pods::test_support::{pending, pod};
     use k8s_openapi::jiff::Timestamp;
     use proptest::prelude::*;
 

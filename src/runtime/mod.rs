@@ -1,16 +1,10 @@
-//! Reconcilers and what they share: the context, the error type with its
-//! metric labels, per-object backoff, and the one Pod watch that feeds every
-//! controller.
+//! Plumbing every kind shares and none knows: the context, the error type
+//! with its metric labels, per-object backoff, paced status writes, Events,
+//! conditions and the Service applier.
 
-pub mod application;
-pub mod applier;
 pub mod conditions;
-pub mod lean_pod;
-pub mod pod_watch;
-pub mod podset;
-pub mod redis;
-pub mod redis_replication;
-pub mod service;
+pub mod events;
+pub mod service_applier;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,11 +19,11 @@ use rand::RngExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::ObservedPod;
-use crate::engine::events::EventType;
-use crate::engine::executor::{Executor, Failure, Owner, summary};
-use crate::engine::metadata_only;
-use crate::engine::plan::{DeleteReason, victim};
+use crate::podset::ObservedPod;
+use crate::podset::executor::{Executor, Failure, Owner, summary};
+use crate::podset::metadata_only;
+use crate::podset::plan::{DeleteReason, victim};
+use crate::runtime::events::EventType;
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -88,7 +82,7 @@ pub struct Context {
     pub client: Client,
     pub executor: Executor,
     /// Every Pod podkeeper manages (label-selected, managedFields stripped).
-    pub pods: pod_watch::PodCache,
+    pub pods: crate::podset::watch::PodCache,
     failures: Mutex<HashMap<(&'static str, String, String), u32>>,
     /// The status last written per object uid, with the resourceVersion the
     /// write produced: a reconcile may start before the watch shows that
@@ -200,7 +194,11 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(5);
 pub const DRAIN_GRACE: Duration = DRAIN_INTERVAL;
 
 impl Context {
-    pub fn new(client: Client, executor: Executor, pods: pod_watch::PodCache) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        executor: Executor,
+        pods: crate::podset::watch::PodCache,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             executor,
@@ -537,7 +535,7 @@ mod tests {
         Context::new(
             client.clone(),
             Executor::for_tests(client),
-            pod_watch::PodCache::empty(),
+            crate::podset::watch::PodCache::empty(),
         )
     }
 
@@ -545,16 +543,16 @@ mod tests {
     /// the next failure waits the shortest time again.
     #[tokio::test]
     async fn a_success_resets_the_backoff_of_its_object() {
-        let ctx = test_context(crate::engine::mock_api::client(|_, path, _| {
+        let ctx = test_context(crate::podset::mock_api::client(|_, path, _| {
             panic!("no request expected, got {path}")
         }));
-        let redis: crate::crd::Redis = serde_json::from_value(serde_json::json!({
+        let redis: crate::api::Redis = serde_json::from_value(serde_json::json!({
             "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
             "metadata": {"name": "r", "namespace": "ns"}, "spec": {"replicas": 1},
         }))
         .unwrap();
         let failed = || {
-            Error::Step(crate::engine::executor::Failure {
+            Error::Step(crate::podset::executor::Failure {
                 reason: "FailedCreate",
                 message: "refused".into(),
             })
@@ -583,7 +581,7 @@ mod tests {
     /// replaces the object as the cache then shows it.
     #[tokio::test]
     async fn a_conflicting_status_write_is_retried_from_the_cached_object() {
-        use crate::crd::redis::{Redis, RedisStatus};
+        use crate::api::redis::{Redis, RedisStatus};
         use std::sync::{Arc, Mutex};
 
         // The API server: answers each status write with the next of
@@ -591,7 +589,7 @@ mod tests {
         let answers = Arc::new(Mutex::new(vec![(200u16, "7"), (409, ""), (200, "9")]));
         let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
         let (a, b) = (answers.clone(), bodies.clone());
-        let client = crate::engine::mock_api::client(move |_, path, body| {
+        let client = crate::podset::mock_api::client(move |_, path, body| {
             assert!(path.ends_with("/redises/r/status"), "{path}");
             b.lock().unwrap().push(body);
             match a.lock().unwrap().remove(0) {
@@ -601,7 +599,7 @@ mod tests {
                         "apiVersion": "meta.k8s.io/v1",
                         "metadata": {"name": "r", "resourceVersion": rv}}),
                 ),
-                (code, _) => (code, crate::engine::mock_api::status(code, "Conflict")),
+                (code, _) => (code, crate::podset::mock_api::status(code, "Conflict")),
             }
         });
         let ctx = test_context(client);
@@ -649,7 +647,7 @@ mod tests {
 
     #[test]
     fn the_status_we_wrote_stands_in_for_an_older_cached_one() {
-        use crate::crd::redis::Redis;
+        use crate::api::redis::Redis;
         let redis = |rv: &str, ready: i32| -> Redis {
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "podkeeper.dev/v1", "kind": "Redis",

@@ -12,12 +12,12 @@ use kube::{Api, Client, Resource};
 use rand::RngExt;
 use tracing::{debug, warn};
 
-use super::events::{EventRecorder, EventType};
-use super::expectations::{Expectations, OwnerKey};
-use super::inplace::{self, Change, RESIZE_REFUSED_ANNOTATION};
-use super::metadata_only;
-use super::plan::{DeleteReason, Plan, Update, Victim};
 use crate::metrics::Metrics;
+use crate::podset::expectations::{Expectations, OwnerKey};
+use crate::podset::inplace::{self, Change, RESIZE_REFUSED_ANNOTATION};
+use crate::podset::metadata_only;
+use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
+use crate::runtime::events::{EventRecorder, EventType};
 
 /// Characters of generated name suffixes: the same alphabet Kubernetes uses
 /// for generateName (no vowels, no confusable characters).
@@ -331,7 +331,7 @@ impl Executor {
         outcome: &mut Outcome,
     ) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
-        let revision = super::hash::revision_of(template);
+        let revision = crate::podset::revision::revision_of(template);
         for u in updates {
             let Some(pod) = live
                 .iter()
@@ -560,11 +560,13 @@ pub fn api_message(e: &kube::Error) -> String {
 
 #[cfg(test)]
 impl Executor {
-    /// An executor on `client` (see [`super::mock_api`]), for unit tests.
+    /// An executor on `client` (see [`crate::podset::mock_api`]), for unit tests.
     pub fn for_tests(client: Client) -> Self {
         Executor {
             client: client.clone(),
-            recorder: Arc::new(super::events::EventRecorder::new(client, "test", None)),
+            recorder: Arc::new(crate::runtime::events::EventRecorder::new(
+                client, "test", None,
+            )),
             expectations: Arc::default(),
             metrics: crate::metrics::Metrics::new(),
             controller: "test",
@@ -583,7 +585,7 @@ mod tests {
     #[tokio::test]
     async fn a_create_answered_already_exists_is_ours_only_if_the_pod_is() {
         use super::{Executor, Owner};
-        use crate::engine::mock_api;
+        use crate::podset::mock_api;
         use k8s_openapi::api::core::v1::PodTemplateSpec;
         use std::sync::{Arc, Mutex};
 
@@ -609,7 +611,7 @@ mod tests {
                 }
             });
             let executor = Executor::for_tests(client.clone());
-            let redis: crate::crd::Redis = serde_json::from_value(serde_json::json!({
+            let redis: crate::api::Redis = serde_json::from_value(serde_json::json!({
                 "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
                 "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
                 "spec": {"replicas": 1},

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-pub use crate::replication::api::{AuthSpec, FailoverSpec, MemberStatus, PrimaryStatus};
+pub use crate::api::replication::{AuthSpec, FailoverSpec, MemberStatus, PrimaryStatus};
 
 /// Longest Redis name: Pods are named `<name>-<5 characters>` and must stay
 /// valid DNS labels (63 characters), usable as host names.
@@ -94,7 +94,7 @@ pub struct RedisSpec {
 }
 
 /// The CEL rule that refuses directives podkeeper owns (the same list as
-/// [`crate::replication::config::owned_directives`]; a unit test checks).
+/// [`crate::redis::replication::config::owned_directives`]; a unit test checks).
 pub const OWNED_CONFIG_RULE: &str = "self.all(k, !(k.lowerAscii() in ['replicaof', 'slaveof', 'port', 'bind', 'bind-source-addr', 'protected-mode', 'requirepass', 'masterauth', 'masteruser', 'dir', 'include', 'daemonize', 'supervised', 'logfile', 'replica-announce-ip', 'replica-announce-port', 'slave-announce-ip', 'slave-announce-port']))";
 pub const OWNED_CONFIG_MESSAGE: &str = "spec.config must not set replicaof, slaveof, port, bind, bind-source-addr, protected-mode, requirepass, masterauth, masteruser, dir, include, daemonize, supervised, logfile or the announce addresses: podkeeper sets them (use spec.port and spec.auth)";
 

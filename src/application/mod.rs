@@ -1,7 +1,9 @@
 //! Application as a [`PodSet`]: Pods from `spec.deployment` with
 //! Deployment's rollout semantics, and its status, all pure; the Service
 //! from `spec.service` is its [`ServiceExtras`]. The generic reconciler in
-//! [`super::podset`] does the rest.
+//! [`crate::podset::reconcile`] does the rest.
+
+pub mod service;
 
 use std::collections::BTreeMap;
 
@@ -12,13 +14,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
-use super::conditions::{self, Cond, truth};
-use super::podset::{PodSet, PodSetSpec, Report};
-use super::service::{Network, ServiceExtras};
-use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::crd::{Application, ApplicationStatus};
-use crate::engine::hash::{revision_of, stamp};
-use crate::engine::plan::{Counts, Desired, IntOrPercent, Strategy, resolve_rolling};
+use crate::api::{Application, ApplicationStatus};
+use crate::application::service::{Network, ServiceExtras};
+use crate::podset::plan::{Counts, Desired, IntOrPercent, Strategy, resolve_rolling};
+use crate::podset::reconcile::{PodSet, PodSetSpec, Report};
+use crate::podset::revision::{revision_of, stamp};
+use crate::runtime::conditions::{self, Cond, truth};
+use crate::runtime::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 pub const CONTROLLER: &str = "application";
 const KIND: &str = "Application";
@@ -366,9 +368,9 @@ impl PodSet for Application {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::plan::{Plan, plan};
-    use crate::engine::pods::TEMPLATE_HASH_LABEL;
-    use crate::engine::pods::test_support::{pending, pod};
+    use crate::podset::plan::{Plan, plan};
+    use crate::podset::pods::TEMPLATE_HASH_LABEL;
+    use crate::podset::pods::test_support::{pending, pod};
     use k8s_openapi::jiff::Timestamp;
     use serde_json::{Value, json};
 
@@ -570,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_name_that_is_not_a_dns_label_is_refused_only_with_a_service() {
-        let crd = serde_json::to_string(&crate::crd::application::crd()).unwrap();
+        let crd = serde_json::to_string(&crate::api::application::crd()).unwrap();
         assert!(crd.contains("DNS-1035"), "the CEL rule is in the CRD");
     }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::error::ConfigError;
-use super::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
+use crate::redis::replication::error::ConfigError;
+use crate::redis::replication::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
 
 /// The environment variable that carries the password into the container
 /// (from a `secretKeyRef`).

@@ -1,7 +1,7 @@
 //! The Redis kind's [`Extras`]: replication and the two Services.
 //!
 //! Before the engine acts ([`Extras::steer`]), one round of
-//! [`crate::replication::act`]: the password from the Secret `spec.auth`
+//! [`crate::redis::replication::act`]: the password from the Secret `spec.auth`
 //! names, every member observed at once (with timeouts), the planner, its
 //! commands (fences, the promotion, repoints, or a `FAILOVER`), the role
 //! labels moved, and the primary kept out of the engine's deletions until
@@ -17,21 +17,21 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use super::applier::ServiceApplier;
-use super::podset::Extras;
-use super::redis::{desired_services, service_names, spare_primary, spare_primary_in_place};
-use super::service::{cleanup_services, owned_named, owned_services};
-use super::{Context, Error, FIELD_MANAGER};
-use crate::crd::Redis;
-use crate::crd::redis::{MemberStatus, PrimaryStatus};
-use crate::engine::ObservedPod;
-use crate::engine::events::EventType;
-use crate::engine::executor::{Failure, Owner, api_message};
-use crate::engine::plan::{Desired, Plan};
-use crate::replication::act::{self, Memory, PodRef};
-use crate::replication::api::ROLE_LABEL;
-use crate::replication::client::{Access, Route, Timeouts};
-use crate::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
+use crate::api::Redis;
+use crate::api::redis::{MemberStatus, PrimaryStatus};
+use crate::api::replication::ROLE_LABEL;
+use crate::application::service::{cleanup_services, owned_named, owned_services};
+use crate::podset::ObservedPod;
+use crate::podset::executor::{Failure, Owner, api_message};
+use crate::podset::plan::{Desired, Plan};
+use crate::podset::reconcile::Extras;
+use crate::redis::replication::act::{self, Memory, PodRef};
+use crate::redis::replication::client::{Access, Route, Timeouts};
+use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
+use crate::redis::{desired_services, service_names, spare_primary, spare_primary_in_place};
+use crate::runtime::events::EventType;
+use crate::runtime::service_applier::ServiceApplier;
+use crate::runtime::{Context, Error, FIELD_MANAGER};
 
 /// How often to look again while no member answers at all.
 pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
@@ -127,7 +127,7 @@ pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef
                     .and_then(|s| s.pod_ip.clone())
                     .filter(|ip| !ip.is_empty()),
                 port,
-                ready: crate::engine::pods::pod_is_ready(p),
+                ready: crate::podset::pods::pod_is_ready(p),
                 deleting: p.metadata.deletion_timestamp.is_some(),
                 stopped: container_stopped(p),
             }
@@ -313,7 +313,7 @@ fn cause_text(cause: Cause) -> &'static str {
 async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: Option<&str>) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     for (pod, role) in label_changes(pods, primary) {
-        let patch = crate::replication::objects::role_label_patch(role);
+        let patch = crate::redis::replication::objects::role_label_patch(role);
         if let Err(e) = api
             .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -445,7 +445,7 @@ impl Extras<Redis> for ReplicationExtras {
                 Action::Replicate {
                     pod,
                     primary,
-                    why: crate::replication::topology::Why::Fence,
+                    why: crate::redis::replication::topology::Why::Fence,
                     ..
                 } => Some((
                     "Fenced",
@@ -496,7 +496,7 @@ impl Extras<Redis> for ReplicationExtras {
         mut steer: Replication,
     ) -> (Replication, Option<Failure>) {
         // Both Services, each only when the cache shows it missing or
-        // changed, applied beside the reconcile (see [`super::applier`]).
+        // changed, applied beside the reconcile (see [`crate::runtime::service_applier`]).
         let owned = owned_named(self.applier.services(), owner, &service_names(redis));
         let changes = self
             .applier
@@ -659,7 +659,7 @@ mod tests {
         let mut r = Redis::new("cache", spec.unwrap());
         r.metadata.namespace = Some("ns".into());
         r.metadata.uid = Some("u-1".into());
-        r.spec.auth = Some(crate::crd::redis::AuthSpec {
+        r.spec.auth = Some(crate::api::redis::AuthSpec {
             secret_name: "cache-auth".into(),
             key: "password".into(),
         });

@@ -2,6 +2,7 @@
 
 pub mod application;
 pub mod redis;
+pub mod replication;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -98,7 +99,7 @@ mod tests {
     /// The CEL rule refuses exactly the directives podkeeper owns.
     #[test]
     fn config_rule_lists_every_owned_directive() {
-        let owned: Vec<&str> = crate::replication::config::owned_directives().collect();
+        let owned: Vec<&str> = crate::redis::replication::config::owned_directives().collect();
         let listed: Vec<&str> = redis::OWNED_CONFIG_RULE
             .split('[')
             .nth(1)

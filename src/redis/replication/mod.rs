@@ -1,6 +1,6 @@
 //! Redis replication: one primary, the other Pods its replicas, driven by
 //! the operator (no Sentinel), issue 13. The Redis kind calls it from
-//! [`crate::controller::redis_replication`] on every reconcile.
+//! [`crate::redis::hooks`] on every reconcile.
 //!
 //! - [`info`]: parsing `INFO replication` / `INFO server`.
 //! - [`client`]: one connection per Pod (IP and port), with timeouts and an
@@ -76,7 +76,6 @@
 //! Sentinel.
 
 pub mod act;
-pub mod api;
 pub mod client;
 pub mod config;
 pub mod error;

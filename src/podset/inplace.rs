@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::{
 };
 use serde_json::{Map, Value, json};
 
-use super::hash::template_hash;
-use super::pods::TEMPLATE_HASH_LABEL;
+use crate::podset::pods::TEMPLATE_HASH_LABEL;
+use crate::podset::revision::template_hash;
 
 /// The template hash with every container's image left out.
 pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images";

@@ -5,8 +5,8 @@
 
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector};
 
-use super::api::{AuthSpec, ROLE_LABEL};
-use super::config::PASSWORD_ENV;
+use crate::api::replication::{AuthSpec, ROLE_LABEL};
+use crate::redis::replication::config::PASSWORD_ENV;
 
 /// A merge patch that sets a Pod's role label.
 pub fn role_label_patch(role: &str) -> serde_json::Value {

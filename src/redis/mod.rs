@@ -1,6 +1,9 @@
 //! Redis as a [`PodSet`]: its Pod template, its rollout strategy and its
-//! status, all pure; the generic reconciler in [`super::podset`] does the
+//! status, all pure; the generic reconciler in [`crate::podset::reconcile`] does the
 //! rest.
+
+pub mod hooks;
+pub mod replication;
 
 use std::collections::BTreeMap;
 
@@ -13,21 +16,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::conditions::{self, Cond, truth};
-use super::podset::{PodSet, PodSetSpec, Report};
-use super::redis_replication::{Replication, ReplicationExtras};
-use super::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::crd::{Redis, RedisStatus};
-use crate::engine::ObservedPod;
-use crate::engine::executor::Owner;
-use crate::engine::hash::{revision_of, stamp};
-use crate::engine::inplace::InPlaceKeys;
-use crate::engine::plan::{DeleteReason, Desired, InPlace, Plan, Strategy, Update, victim};
-use crate::engine::rank::sort_for_deletion;
-use crate::replication::api::{
+use crate::api::replication::{
     REPLICATED_CONDITION, ROLE_LABEL, primary_service_name, replicas_service_name,
 };
-use crate::replication::config::{config_args, server_command};
+use crate::api::{Redis, RedisStatus};
+use crate::podset::ObservedPod;
+use crate::podset::executor::Owner;
+use crate::podset::inplace::InPlaceKeys;
+use crate::podset::plan::{DeleteReason, Desired, InPlace, Plan, Strategy, Update, victim};
+use crate::podset::rank::sort_for_deletion;
+use crate::podset::reconcile::{PodSet, PodSetSpec, Report};
+use crate::podset::revision::{revision_of, stamp};
+use crate::redis::hooks::{Replication, ReplicationExtras};
+use crate::redis::replication::config::{config_args, server_command};
+use crate::runtime::conditions::{self, Cond, truth};
+use crate::runtime::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
@@ -72,7 +75,7 @@ pub fn selector_string(name: &str) -> String {
 /// (validated; `maxmemory` from the memory limit unless set), listening on
 /// every address of the Pod (Debian's redis-server defaults to loopback
 /// with protected mode), data in /data, and starting as a replica of the
-/// placeholder (see [`crate::replication`]). Pure.
+/// placeholder (see [`crate::redis::replication`]). Pure.
 pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> {
     let spec = &redis.spec;
     let memory_limit = spec
@@ -123,7 +126,7 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     let env = spec
         .auth
         .as_ref()
-        .map(|auth| vec![crate::replication::objects::password_env(auth)]);
+        .map(|auth| vec![crate::redis::replication::objects::password_env(auth)]);
     let container = Container {
         name: "redis".into(),
         image: Some(spec.image.clone()),
@@ -137,7 +140,7 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        readiness_probe: Some(crate::replication::objects::readiness_probe(
+        readiness_probe: Some(crate::redis::replication::objects::readiness_probe(
             u16::try_from(port).unwrap_or(6379),
             spec.auth.is_some(),
         )),
@@ -316,7 +319,7 @@ pub fn spare_primary_in_place(
         .filter(|p| p.is_active() && p.name != primary && !taken(&p.name))
         .filter(|p| p.revision.as_deref() != Some(desired.revision.as_str()))
         .filter(|p| the_primary.is_none_or(|q| p.is_ready() == q.is_ready()))
-        .filter(|p| crate::engine::plan::in_place_change(desired, p).is_some())
+        .filter(|p| crate::podset::plan::in_place_change(desired, p).is_some())
         .collect();
     sort_for_deletion(&mut candidates);
     match candidates.first() {
@@ -324,8 +327,8 @@ pub fn spare_primary_in_place(
             plan.in_place[i] = Update {
                 name: c.name.clone(),
                 uid: c.uid.clone(),
-                change: crate::engine::plan::in_place_change(desired, c)
-                    .unwrap_or(crate::engine::inplace::Change::Images),
+                change: crate::podset::plan::in_place_change(desired, c)
+                    .unwrap_or(crate::podset::inplace::Change::Images),
             };
             false
         }
@@ -508,11 +511,11 @@ impl PodSet for Redis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::RedisSpec;
-    use crate::crd::redis::PrimaryStatus;
-    use crate::crd::redis::PullPolicy;
-    use crate::engine::executor::Failure;
-    use crate::engine::plan::plan;
+    use crate::api::RedisSpec;
+    use crate::api::redis::PrimaryStatus;
+    use crate::api::redis::PullPolicy;
+    use crate::podset::executor::Failure;
+    use crate::podset::plan::plan;
     use k8s_openapi::jiff::Timestamp;
 
     fn report<'a>(
@@ -584,7 +587,7 @@ mod tests {
     }
 
     fn observed(name: &str, revision: &str, ready: bool, age: i64) -> ObservedPod {
-        let mut p = crate::engine::pods::test_support::pod(name, revision, 1);
+        let mut p = crate::podset::pods::test_support::pod(name, revision, 1);
         p.created = Timestamp::from_second(1_000 - age).unwrap();
         if !ready {
             p.ready_since = None;
@@ -761,7 +764,7 @@ mod tests {
     #[test]
     fn password_comes_from_the_secret_and_config_is_checked() {
         let mut r = redis(6379, "redis:7");
-        r.spec.auth = Some(crate::crd::redis::AuthSpec {
+        r.spec.auth = Some(crate::api::redis::AuthSpec {
             secret_name: "pw".into(),
             key: "password".into(),
         });
@@ -779,7 +782,7 @@ mod tests {
         let spec = t.spec.as_ref().unwrap();
         let c = &spec.containers[0];
         let env = &c.env.as_ref().unwrap()[0];
-        assert_eq!(env.name, crate::replication::config::PASSWORD_ENV);
+        assert_eq!(env.name, crate::redis::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
         let sel = env
             .value_from
@@ -871,7 +874,7 @@ mod tests {
     #[test]
     fn status_reports_counts_conditions_and_selector() {
         let r = redis(6379, "redis:7");
-        let pods = vec![crate::engine::pods::test_support::pod(
+        let pods = vec![crate::podset::pods::test_support::pod(
             "a",
             &revision_of(&tmpl(&r)),
             1,

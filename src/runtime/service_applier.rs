@@ -15,7 +15,7 @@
 //!   the outcome: a refused apply is that reconcile's failure (a
 //!   `FailedService` condition and Event, retried with backoff) until an
 //!   apply succeeds or the cache shows the Service as wanted.
-//! - A refused apply is tried again after [`super::backoff_delay`] (0.5 s
+//! - A refused apply is tried again after [`crate::runtime::backoff_delay`] (0.5 s
 //!   doubling to 60 s, with jitter); the task wakes the owner then too.
 //! - At most as many applies are in flight per kind as reconciles run at
 //!   once, as before: a create storm of owners does not put hundreds of
@@ -37,11 +37,11 @@ use kube::{Api, Resource, ResourceExt};
 use rand::RngExt;
 use tokio::sync::Semaphore;
 
-use super::service::{service_exists, service_in_sync};
-use super::{FIELD_MANAGER, backoff_delay};
-use crate::engine::events::EventType;
-use crate::engine::executor::{Executor, Failure, Owner, api_message};
-use crate::engine::hash::template_hash;
+use crate::application::service::{service_exists, service_in_sync};
+use crate::podset::executor::{Executor, Failure, Owner, api_message};
+use crate::podset::revision::template_hash;
+use crate::runtime::events::EventType;
+use crate::runtime::{FIELD_MANAGER, backoff_delay};
 
 /// How long a Service this operator applied is taken as done while the
 /// cache does not show it yet; past that it is applied again.
@@ -389,7 +389,7 @@ where
             (updated, "ServiceUpdated", "Updated"),
         ] {
             if !names.is_empty() {
-                let what = super::service::services_noun(names.len());
+                let what = crate::application::service::services_noun(names.len());
                 self.executor
                     .event(
                         owner,

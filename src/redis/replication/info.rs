@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::error::InfoError;
+use crate::redis::replication::error::InfoError;
 
 /// What a server says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

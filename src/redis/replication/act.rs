@@ -8,11 +8,11 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
 
-use super::api::{MemberStatus, PrimaryStatus};
-use super::client::{self, Access, Node};
-use super::error::{ActionError, ClientError};
-use super::info::Role;
-use super::topology::{
+use crate::api::replication::{MemberStatus, PrimaryStatus};
+use crate::redis::replication::client::{self, Access, Node};
+use crate::redis::replication::error::{ActionError, ClientError};
+use crate::redis::replication::info::Role;
+use crate::redis::replication::topology::{
     self, Action, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
 };
 
@@ -432,7 +432,7 @@ pub async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::info::ReplicationInfo;
+    use crate::redis::replication::info::ReplicationInfo;
 
     fn info(role: Role, offset: i64) -> ReplicationInfo {
         ReplicationInfo {

@@ -21,9 +21,9 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::ObservedPod;
-use super::inplace::{Change, InPlaceKeys};
-use super::rank::sort_for_deletion;
+use crate::podset::ObservedPod;
+use crate::podset::inplace::{Change, InPlaceKeys};
+use crate::podset::rank::sort_for_deletion;
 
 /// How outdated Pods are replaced. Numbers are absolute, already resolved
 /// from percentages against `replicas`.
@@ -51,7 +51,7 @@ pub struct Desired {
 }
 
 /// How a kind lets outdated Pods be updated in place (see
-/// [`super::inplace`]). With a rolling update, an outdated Pod whose
+/// [`crate::podset::inplace`]). With a rolling update, an outdated Pod whose
 /// template differs from the current one only in container images (or,
 /// with `resize`, in images and resources) is updated where it runs
 /// instead of replaced. An updating Pod is unavailable until it has
@@ -429,8 +429,8 @@ impl IntOrPercent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pods::Phase;
-    use crate::engine::pods::test_support::{pending, pod};
+    use crate::podset::pods::Phase;
+    use crate::podset::pods::test_support::{pending, pod};
     use proptest::prelude::{prop_assert, prop_assert_eq, proptest};
 
     fn now() -> Timestamp {

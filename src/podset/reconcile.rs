@@ -20,7 +20,7 @@
 //!    creates or deletes the watch has yet to show (the reconcile their
 //!    events start writes it);
 //! 7. the requeue: a failed step (create, delete, extras, status write) is
-//!    an error, retried with per-object backoff ([`super::backoff_delay`])
+//!    an error, retried with per-object backoff ([`crate::runtime::backoff_delay`])
 //!    until it succeeds; otherwise when the plan says to look again.
 
 use std::collections::HashMap;
@@ -39,11 +39,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::{Context, Error, FIELD_MANAGER, FINALIZER, Pace, next_action};
-use crate::engine::ObservedPod;
-use crate::engine::events::EventType;
-use crate::engine::executor::{Failure, Outcome, Owner, summary};
-use crate::engine::plan::{Desired, Plan, Strategy, plan};
+use crate::podset::ObservedPod;
+use crate::podset::executor::{Failure, Outcome, Owner, summary};
+use crate::podset::plan::{Desired, Plan, Strategy, plan};
+use crate::runtime::events::EventType;
+use crate::runtime::{Context, Error, FIELD_MANAGER, FINALIZER, Pace, next_action};
 
 /// The finalizer the API server adds for `propagationPolicy: Orphan`
 /// (`kubectl delete --cascade=orphan`).
@@ -355,7 +355,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         Default::default()
     };
     // The Pods and the extras do not wait for each other. The extras'
-    // Services go to a task beside the reconcile (see `super::applier`), so
+    // Services go to a task beside the reconcile (see `crate::runtime::service_applier`), so
     // a new object's reconcile holds its worker only for its Pods.
     let acting = async {
         if satisfied {
@@ -503,7 +503,7 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::plan::Strategy;
+    use crate::podset::plan::Strategy;
 
     fn desired(replicas: i32) -> Desired {
         Desired {
@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn only_the_tail_of_a_scale_down_is_paced_as_draining() {
-        use crate::engine::pods::test_support::pod;
+        use crate::podset::pods::test_support::pod;
         let now = Timestamp::from_second(1_000).unwrap();
         let ready = |name: &str| pod(name, "r1", 100);
         let mut going = ready("c");

@@ -15,13 +15,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::applier::ServiceApplier;
-use super::podset::Extras;
-use super::{Context, Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::crd::Application;
-use crate::engine::events::EventType;
-use crate::engine::executor::{Failure, Owner, api_message};
-use crate::engine::hash::template_hash;
+use crate::api::Application;
+use crate::podset::executor::{Failure, Owner, api_message};
+use crate::podset::reconcile::Extras;
+use crate::podset::revision::template_hash;
+use crate::runtime::events::EventType;
+use crate::runtime::service_applier::ServiceApplier;
+use crate::runtime::{Context, Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Hash of the Service podkeeper last applied, to notice fields removed
@@ -289,7 +289,7 @@ impl Extras<Application> for ServiceExtras {
         }
         match (app.spec.service.is_some(), live) {
             (true, live) => {
-                // Applied beside the reconcile (see [`super::applier`]); the
+                // Applied beside the reconcile (see [`crate::runtime::service_applier`]); the
                 // status shows the Service as the cache has it.
                 let changes = self
                     .applier

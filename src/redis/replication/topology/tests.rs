@@ -1,5 +1,5 @@
 use super::*;
-use crate::replication::info::ConnectedReplica;
+use crate::redis::replication::info::ConnectedReplica;
 use proptest::prelude::*;
 
 const PORT: u16 = 6379;

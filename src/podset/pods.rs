@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use super::inplace::{self, InPlaceKeys, RESIZE_REFUSED_ANNOTATION};
+use crate::podset::inplace::{self, InPlaceKeys, RESIZE_REFUSED_ANNOTATION};
 
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
@@ -80,7 +80,7 @@ pub struct ObservedPod {
     /// Has a deletionTimestamp.
     pub terminating: bool,
     pub restarts: i32,
-    /// Its in-place keys, if it has them (see [`super::inplace`]).
+    /// Its in-place keys, if it has them (see [`crate::podset::inplace`]).
     pub in_place: Option<InPlaceKeys>,
     /// The revision for which the API server refused to resize it.
     pub resize_refused: Option<String>,

@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::inplace::{InPlaceKeys, stamp_keys};
-use super::pods::TEMPLATE_HASH_LABEL;
+use crate::podset::inplace::{InPlaceKeys, stamp_keys};
+use crate::podset::pods::TEMPLATE_HASH_LABEL;
 
 /// Ten lowercase hex characters of the SHA-256 of the value's JSON form.
 /// k8s-openapi types serialize their fields in a fixed order and maps are
@@ -20,7 +20,7 @@ pub fn template_hash<T: Serialize>(template: &T) -> String {
 
 /// Stamps a Pod template with the hash of its contents
 /// ([`TEMPLATE_HASH_LABEL`]) and its in-place keys (annotations, see
-/// [`super::inplace`]), all computed before anything is added.
+/// [`crate::podset::inplace`]), all computed before anything is added.
 pub fn stamp(mut template: PodTemplateSpec) -> PodTemplateSpec {
     let hash = template_hash(&template);
     let keys = InPlaceKeys::of_template(&template);

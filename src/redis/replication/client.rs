@@ -12,8 +12,8 @@ use kube::Api;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use super::error::ClientError;
-use super::info::{self, ReplicationInfo, Role};
+use crate::redis::replication::error::ClientError;
+use crate::redis::replication::info::{self, ReplicationInfo, Role};
 
 /// How long to wait for a connection and for each command's reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,7 +323,7 @@ impl Node {
             Some("slave") => Ok(Role::Replica),
             _ => Err(ClientError::Info {
                 addr: self.addr.clone(),
-                source: super::error::InfoError::Invalid {
+                source: crate::redis::replication::error::InfoError::Invalid {
                     key: "ROLE",
                     value: format!("{reply:?}"),
                 },
