@@ -469,9 +469,12 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
 /// kubectl's exec stream over the API server sometimes closes before the
 /// output arrives on this loaded machine ("closed all streams"); the
 /// commands the tests run are all safe to repeat, so that transport error
-/// alone is retried.
+/// is retried. So, for up to a minute, is an exec into a container that is
+/// not running (see [`container_restarting`]): the kubelet starts it again
+/// (restartPolicy Always), as it would a user's.
 pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) -> (bool, String) {
     let mut attempts = 0;
+    let restarted_by = Instant::now() + Duration::from_secs(60);
     loop {
         let out = Command::new("kubectl")
             .env("KUBECONFIG", kubeconfig)
@@ -483,16 +486,35 @@ pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) 
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         );
-        attempts += 1;
         if out.status.success() {
             // kubectl's own warnings (websocket stream noise) go to stderr:
             // a command that succeeded answers with its stdout alone.
             return (true, stdout);
         }
+        if container_restarting(&stderr) && Instant::now() < restarted_by {
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        attempts += 1;
         if !stderr.contains("closed all streams") || attempts == 3 {
             return (false, format!("{stdout}{stderr}"));
         }
     }
+}
+
+/// Whether `kubectl exec` failed because the container is not running: it
+/// died or failed to start (`runc create failed: ... unable to freeze` on a
+/// loaded machine) and the kubelet has not started it again yet. The
+/// kubelet says "container not found", containerd "CONTAINER_EXITED" or
+/// "cannot exec in a stopped state".
+fn container_restarting(stderr: &str) -> bool {
+    [
+        "container not found",
+        "CONTAINER_EXITED",
+        "cannot exec in a stopped state",
+    ]
+    .iter()
+    .any(|s| stderr.contains(s))
 }
 
 /// On a cluster that outlives the test binary (kind), a test that passed

@@ -77,6 +77,60 @@ fn redis_cli(env: &TestEnv, pod: &str, port: i32, command: &[&str]) -> String {
     out.trim().to_string()
 }
 
+/// A client Pod's emptyDir: it lives as long as the Pod, through any
+/// number of container restarts (the container's own /tmp is new at each
+/// start), so what a writer records there is kept.
+const LEDGER: &str = "/ledger";
+
+/// Creates the client Pod (our Redis image: bash, redis-cli) and waits
+/// until it is Ready. Its restartPolicy is Always, as a user's Pod's would
+/// be: a container that fails to start on a loaded machine (`runc create
+/// failed: ... unable to freeze`) or dies is started again, where with
+/// Never the Pod stays Failed for good. Its command starts again a writer
+/// that was started in it ([`LEDGER`]`/writer.sh`) and not stopped, so that
+/// a restart does not end the writes a test counts.
+async fn start_client(env: &TestEnv) {
+    let command = format!(
+        "if [ -e {LEDGER}/writer.sh ] && [ ! -e {LEDGER}/total ]; then \
+         setsid bash {LEDGER}/writer.sh >/dev/null 2>&1 </dev/null & fi; exec sleep infinity"
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client"},
+        "spec": {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "ledger", "emptyDir": {}}],
+            "containers": [{
+                "name": "client",
+                "image": REDIS_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", command],
+                "volumeMounts": [{"name": "ledger", "mountPath": LEDGER}],
+            }],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = env.api();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the client Pod");
+    wait_for("the client Pod", TIMEOUT, || async {
+        pods.get("client").await.ok().filter(is_ready)
+    })
+    .await;
+}
+
+/// Restarts of the first container of `p` so far (a failed start counts).
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
 fn ready_condition(r: &Redis) -> (String, String, String) {
     let c = r
         .status
@@ -127,6 +181,9 @@ async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so(
     settled(&env, "probe", 1).await;
     let pods = ready_pods(&env, "probe", 1).await;
     let pod = pods[0].name_any();
+    // A start that failed on a loaded machine counts as a restart too: what
+    // is checked below is that closing the listener adds none.
+    let restarted = restarts(&pods[0]);
     let redis: Api<Redis> = env.api();
     assert_eq!(
         ready_condition(&redis.get("probe").await.unwrap()).0,
@@ -162,7 +219,7 @@ async fn a_pod_whose_redis_stops_serving_turns_not_ready_and_the_status_says_so(
     // The container was not restarted: the process is alive, only unready.
     let p = pods_api.get(&pod).await.unwrap();
     let status = &p.status.unwrap().container_statuses.unwrap()[0];
-    assert_eq!(status.restart_count, 0);
+    assert_eq!(status.restart_count, restarted);
     assert!(status.state.as_ref().unwrap().running.is_some());
 }
 
@@ -422,22 +479,7 @@ async fn the_application_sample_serves_http_through_its_service() {
     // name (CoreDNS, then kube-proxy to one of the Pods). The client is the
     // Redis image, whose bash speaks TCP through /dev/tcp; busybox's static
     // wget cannot resolve names.
-    let (ok, _, err) = env.kubectl(&[
-        "run",
-        "client",
-        "--image",
-        REDIS_IMAGE,
-        "--restart=Never",
-        "--command",
-        "--",
-        "sleep",
-        "600",
-    ]);
-    assert!(ok, "client Pod: {err}");
-    wait_for("the client Pod", TIMEOUT, || async {
-        pods.get("client").await.ok().filter(is_ready)
-    })
-    .await;
+    start_client(&env).await;
     let host = format!("web.{}.svc.cluster.local", env.namespace);
     let script = format!(
         "exec 3<>/dev/tcp/{host}/8000 && printf 'GET / HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' >&3 && cat <&3"
@@ -456,27 +498,12 @@ async fn the_application_sample_serves_http_through_its_service() {
 
 // ---- Replication (issue 13), on real redis-server Pods ----
 
-/// A Redis with `replicas` members, a `sleep` client Pod running the same
-/// image (it has redis-cli), and the primary Service's DNS name.
+/// A Redis with `replicas` members, a client Pod running the same image
+/// (it has redis-cli; see [`start_client`]), and the primary Service's DNS
+/// name.
 async fn replicated(env: &TestEnv, name: &str, replicas: i32) -> String {
     create_redis(env, name, replicas, 6379).await;
-    let (ok, _, err) = env.kubectl(&[
-        "run",
-        "client",
-        "--image",
-        REDIS_IMAGE,
-        "--restart=Never",
-        "--command",
-        "--",
-        "sleep",
-        "3600",
-    ]);
-    assert!(ok, "client Pod: {err}");
-    let pods: Api<Pod> = env.api();
-    wait_for("the client Pod", TIMEOUT, || async {
-        pods.get("client").await.ok().filter(is_ready)
-    })
-    .await;
+    start_client(env).await;
     settled(env, name, replicas as usize).await;
     format!("{name}.{}.svc.cluster.local", env.namespace)
 }
@@ -505,6 +532,17 @@ fn cli(env: &TestEnv, host: &str, command: &[&str]) -> (bool, String) {
     let mut args = vec!["redis-cli", "-h", host, "-p", "6379"];
     args.extend_from_slice(command);
     exec(env, "client", &args)
+}
+
+/// Distinct keys the client's writer has recorded as acknowledged so far
+/// (see the rollout test); `None` if the client could not be asked.
+fn acknowledged(env: &TestEnv) -> Option<usize> {
+    let count = format!("sort -u {LEDGER}/acked 2>/dev/null | wc -l");
+    let (ok, out) = exec(env, "client", &["sh", "-c", &count]);
+    if !ok {
+        return None;
+    }
+    out.trim().parse().ok()
 }
 
 fn role_of(env: &TestEnv, pod: &str) -> String {
@@ -750,34 +788,29 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
         .iter()
         .map(|p| p.name_any())
         .collect();
-    // A writer in the client Pod: SET then WAIT 1 on one connection; keys
-    // whose WAIT returned 1 or more are acknowledged. It runs until
-    // /tmp/stop exists.
+    // A writer in the client Pod: SET then WAIT 1; keys whose WAIT returned
+    // 1 or more are acknowledged. What it records is on the Pod's emptyDir
+    // ([`LEDGER`]), and a restarted client container starts it again (see
+    // [`start_client`]): it resumes after the last key it tried, so every
+    // key it recorded as acknowledged is checked, however often the client
+    // restarted. It runs until `stop` exists, then writes `total`; the lock
+    // keeps it to one writer at a time.
     let script = format!(
-        "i=0; rm -f /tmp/acked /tmp/stop; while [ ! -e /tmp/stop ]; do i=$((i+1)); \
+        "d={LEDGER}; exec 9>>$d/lock; flock -n 9 || exit 0; \
+         i=$(tail -n 1 $d/tried 2>/dev/null); case $i in ''|*[!0-9]*) i=0;; esac; \
+         while [ ! -e $d/stop ]; do i=$((i+1)); echo $i >> $d/tried; \
          out=$(printf 'SET w%d %d\\r\\nWAIT 1 2000\\r\\n' $i $i | timeout 5 redis-cli -h {host} -p 6379 2>/dev/null | tr -d '\\r'); \
-         case \"$out\" in OK*[1-9]*) echo w$i >> /tmp/acked;; esac; done; echo $i > /tmp/total"
+         case \"$out\" in OK*[1-9]*) echo w$i >> $d/acked;; esac; done; echo $i > $d/total"
     );
-    let mut writer = std::process::Command::new("kubectl")
-        .env(
-            "KUBECONFIG",
-            std::env::var("PODKEEPER_TEST_KUBECONFIG").unwrap_or_default(),
-        )
-        .args([
-            "-n",
-            &env.namespace,
-            "exec",
-            "client",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .spawn()
-        .unwrap();
+    // Renamed into place: a running bash keeps reading the file it opened.
+    let start = format!(
+        "cat > {LEDGER}/writer.new <<'EOF'\n{script}\nEOF\nmv {LEDGER}/writer.new {LEDGER}/writer.sh && \
+         {{ setsid bash {LEDGER}/writer.sh >/dev/null 2>&1 </dev/null & }}"
+    );
+    let (ok, out) = exec(&env, "client", &["bash", "-c", &start]);
+    assert!(ok, "starting the writer: {out}");
     wait_for("acknowledged writes", TIMEOUT, || async {
-        let (ok, out) = exec(&env, "client", &["sh", "-c", "wc -l < /tmp/acked"]);
-        (ok && out.trim().parse::<u32>().unwrap_or(0) >= 20).then_some(())
+        (acknowledged(&env)? >= 20).then_some(())
     })
     .await;
     // A template change (a config directive) rolls every Pod.
@@ -802,21 +835,34 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
     )
     .await;
     assert_ne!(primary_of(&r), old_primary);
-    let (ok, _) = exec(&env, "client", &["touch", "/tmp/stop"]);
-    assert!(ok);
-    let _ = writer.wait();
-    let (_, acked) = exec(
-        &env,
-        "client",
-        &["sh", "-c", "wc -l < /tmp/acked; cat /tmp/total"],
-    );
+    // The writer still writes, and its writes are acknowledged after the
+    // rollout too.
+    let so_far = acknowledged(&env).expect("the acknowledged writes");
+    wait_for("acknowledged writes after the rollout", TIMEOUT, || async {
+        (acknowledged(&env)? >= so_far + 5).then_some(())
+    })
+    .await;
+    let (ok, out) = exec(&env, "client", &["touch", &format!("{LEDGER}/stop")]);
+    assert!(ok, "{out}");
+    let total = wait_for("the writer to stop", TIMEOUT, || async {
+        let (ok, out) = exec(&env, "client", &["cat", &format!("{LEDGER}/total")]);
+        ok.then(|| out.trim().to_string())
+    })
+    .await;
+    let acked = acknowledged(&env).expect("the acknowledged writes");
+    assert!(acked >= so_far + 5, "{acked} acknowledged writes recorded");
     let check = format!(
-        "n=0; for k in $(cat /tmp/acked); do v=$(redis-cli -h {host} -p 6379 get $k); \
+        "n=0; for k in $(sort -u {LEDGER}/acked); do v=$(redis-cli -h {host} -p 6379 get $k); \
          [ \"$v\" = \"${{k#w}}\" ] || n=$((n+1)); done; echo $n"
     );
     let (ok, lost) = exec(&env, "client", &["sh", "-c", &check]);
     assert!(ok, "{lost}");
-    eprintln!("rollout: acknowledged/total {acked:?}, lost {lost}");
+    let client = env.api::<Pod>().get("client").await.unwrap();
+    eprintln!(
+        "rollout: {acked} acknowledged of {total} writes, lost {}; the client's container restarted {} time(s)",
+        lost.trim(),
+        restarts(&client)
+    );
     assert_eq!(lost.trim(), "0", "acknowledged writes lost");
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/kv"]);
     assert!(ok && out.contains("SwitchingOver"), "{out}");

@@ -144,7 +144,7 @@ pub struct ScaleDowns {
 }
 
 /// How the figures are made, in the JSON and above the tables.
-pub const METHOD: &str = "A client Pod (our Redis image, bash) writes keys w1, w2, ... one at a time through the Redis's <name> Service ClusterIP, one TCP connection per write, pipelining SET, WAIT 1 1000, INFO server replication and QUIT; each attempt gives up after 3 s, a refused one is retried after 20 ms. A write is accepted when SET answers +OK and acknowledged when WAIT on the same connection counts at least 1 replica; acknowledged writes are read back through the Service at the end. Times are the client's (end of a write) against the bench's clock, both on this host. Two primaries are checked at every Pod and Redis watch event (two live Pods labelled primary, or two status members primary) and by the client (a primary term, run_id and master_replid, that accepts writes again after another term did). Percentiles are nearest-rank over the runs: with fewer than 100 runs p99 is the maximum. The Redis has no spec.auth.";
+pub const METHOD: &str = "A client Pod (our Redis image, bash; restartPolicy Always, its log on an emptyDir, so that a restarted container resumes writing after the last logged key) writes keys w1, w2, ... one at a time through the Redis's <name> Service ClusterIP, one TCP connection per write, pipelining SET, WAIT 1 1000, INFO server replication and QUIT; each attempt gives up after 3 s, a refused one is retried after 20 ms. A write is accepted when SET answers +OK and acknowledged when WAIT on the same connection counts at least 1 replica; acknowledged writes are read back through the Service at the end. Times are the client's (end of a write) against the bench's clock, both on this host. Two primaries are checked at every Pod and Redis watch event (two live Pods labelled primary, or two status members primary) and by the client (a primary term, run_id and master_replid, that accepts writes again after another term did). Percentiles are nearest-rank over the runs: with fewer than 100 runs p99 is the maximum. The Redis has no spec.auth.";
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
@@ -155,6 +155,9 @@ pub struct Report {
     pub failovers: Failovers,
     pub rollouts: Rollouts,
     pub scale_downs: ScaleDowns,
+    /// Times the client Pod's container was started again (a failed start
+    /// counts); its writer resumed each time.
+    pub client_restarts: i32,
 }
 
 pub async fn run(args: BenchRedisArgs) -> Result<(), crate::Error> {
@@ -166,6 +169,7 @@ pub async fn run(args: BenchRedisArgs) -> Result<(), crate::Error> {
         ..Default::default()
     };
     let result = measure(&session, &args, &mut report).await;
+    report.client_restarts = session.client_restarts().await.unwrap_or_default();
     // What was measured is kept even if a later step failed.
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?).map_err(other)?;
@@ -511,6 +515,13 @@ pub fn markdown(r: &Report) -> String {
             d.primary_kept,
             d.runs,
             d.watch_violations.len()
+        );
+    }
+    if r.client_restarts > 0 {
+        let _ = writeln!(
+            s,
+            "The client Pod's container was started again {} time(s) (a failed start counts): its writer resumed its log each time, and a pause or gap around a restart includes the client's own.\n",
+            r.client_restarts
         );
     }
     for v in f

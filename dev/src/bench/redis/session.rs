@@ -40,6 +40,20 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// Whether `kubectl exec` failed because the container is not running: it
+/// died or failed to start and the kubelet has not started it again yet.
+/// The kubelet says "container not found", containerd "CONTAINER_EXITED"
+/// or "cannot exec in a stopped state".
+fn container_restarting(stderr: &str) -> bool {
+    [
+        "container not found",
+        "CONTAINER_EXITED",
+        "cannot exec in a stopped state",
+    ]
+    .iter()
+    .any(|s| stderr.contains(s))
+}
+
 /// A namespace on the cluster of `kubeconfig`, with a client Pod.
 pub struct Session {
     pub client: Client,
@@ -107,15 +121,23 @@ impl Session {
             kubeconfig: kubeconfig.to_path_buf(),
             namespace: namespace.into(),
         };
+        // restartPolicy Always, as a user's Pod's would be: a container
+        // that fails to start on a loaded machine (`runc create failed: ...
+        // unable to freeze`) or dies is started again, and the writer with
+        // it (see `writer::client_command`); the writer's log is on the
+        // emptyDir, which outlives the container.
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": CLIENT},
             "spec": {
+                "restartPolicy": "Always",
                 "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "ledger", "emptyDir": {}}],
                 "containers": [{
                     "name": "client", "image": client_image,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["sleep", "infinity"],
+                    "command": ["bash", "-c", writer::client_command()],
+                    "volumeMounts": [{"name": "ledger", "mountPath": writer::DIR}],
                 }],
             },
         }))?;
@@ -159,26 +181,47 @@ impl Session {
 
     /// `kubectl exec` of `bash -c script` in `pod`; the exec stream over the
     /// API server sometimes closes early on a loaded machine, so that
-    /// transport error alone is retried (callers only run repeatable
-    /// scripts).
+    /// transport error is retried, and so, for up to a minute, is an exec
+    /// into a container that is not running while the kubelet starts it
+    /// again (callers only run repeatable scripts).
     pub fn sh(&self, pod: &str, script: &str) -> Result<String, crate::Error> {
-        let mut last = String::new();
-        for _ in 0..4 {
+        let restarted_by = Instant::now() + Duration::from_secs(60);
+        let mut attempts = 0;
+        loop {
             let (ok, out, err) = self.kubectl(&["exec", pod, "--", "bash", "-c", script]);
             if ok {
                 return Ok(out);
             }
-            last = format!("{out}{err}");
-            if !(err.contains("closed all streams") || err.contains("error dialing backend")) {
-                break;
+            if container_restarting(&err) && Instant::now() < restarted_by {
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            attempts += 1;
+            if attempts == 4
+                || !(err.contains("closed all streams") || err.contains("error dialing backend"))
+            {
+                return Err(other(format!("exec in {pod}: {out}{err}")));
             }
         }
-        Err(other(format!("exec in {pod}: {last}")))
+    }
+
+    /// How many times the client Pod's container was started again (a
+    /// failed start counts). Its writer resumed each time; a pause or gap
+    /// around a restart includes the client's own.
+    pub async fn client_restarts(&self) -> Result<i32, crate::Error> {
+        let p = self.api::<Pod>().get(CLIENT).await?;
+        Ok(p.status
+            .and_then(|s| s.container_statuses)
+            .and_then(|c| c.first().map(|c| c.restart_count))
+            .unwrap_or(0))
     }
 
     /// Starts the writer in the client Pod, detached from the exec, and
-    /// returns once it has started a new log (a previous writer's log is
-    /// removed first, so that counts start from zero).
+    /// returns once it has started a new log (a previous writer is stopped
+    /// and its log removed first, so that counts start from zero). The
+    /// script is kept in the Pod's emptyDir, for a restarted container to
+    /// start it again (see [`writer::client_command`]); it is renamed into
+    /// place, as a running bash keeps reading the file it opened.
     pub async fn start_writer(
         &self,
         host: &str,
@@ -190,9 +233,13 @@ impl Session {
         self.sh(
             CLIENT,
             &format!(
-                "rm -f {log} {stop}; setsid bash -c '{quoted}' >/dev/null 2>&1 </dev/null &",
+                "touch {stop}; flock -w 30 {lock} true || exit 1; rm -f {log} {stop}; \
+                 printf '%s\n' '{quoted}' > {file}.new && mv {file}.new {file} && \
+                 {{ setsid bash {file} >/dev/null 2>&1 </dev/null & }}",
                 log = writer::LOG,
-                stop = writer::STOP
+                stop = writer::STOP,
+                lock = writer::LOCK,
+                file = writer::SCRIPT,
             ),
         )?;
         let started = format!("test -e {}", writer::LOG);

@@ -22,22 +22,51 @@
 //! with `start`/`end` in seconds since the epoch (bash's `$EPOCHREALTIME`,
 //! microseconds; the Pods share the host's clock). A write is acknowledged
 //! only if `SET` answered `+OK` and `WAIT` answered a count on the same
-//! connection. It stops when `/tmp/stop` exists.
+//! connection. It stops when [`STOP`] exists.
+//!
+//! The log is on the client Pod's emptyDir ([`DIR`]), which lives as long as
+//! the Pod, through any number of container restarts, and the client
+//! container's command ([`client_command`]) starts the writer again after a
+//! restart: it resumes after the last key of the log (a line `resumed
+//! <time> <last key>` marks the gap), so no attempt recorded before is lost
+//! and no key is written with another value.
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+/// The client Pod's emptyDir, where everything below lives.
+pub const DIR: &str = "/ledger";
 /// Where the script writes its log, and the file that stops it.
-pub const LOG: &str = "/tmp/writes.log";
-pub const STOP: &str = "/tmp/stop";
+pub const LOG: &str = "/ledger/writes.log";
+pub const STOP: &str = "/ledger/stop";
+/// The script a restarted client container starts again, and the lock that
+/// keeps it to one writer at a time.
+pub const SCRIPT: &str = "/ledger/writer.sh";
+pub const LOCK: &str = "/ledger/writer.lock";
 
-/// The writer script, for `bash -c`: writes through `host:port`, asking
+/// The client container's command: it starts the writer of [`SCRIPT`]
+/// again if one was started and had not finished (its log does not end
+/// with `done`), then sleeps. With the Pod's restartPolicy Always, a
+/// container that dies or fails to start is started again, and its writer
+/// with it.
+pub fn client_command() -> String {
+    format!(
+        r#"if [ -e {SCRIPT} ] && [ "$(tail -n 1 {LOG} 2>/dev/null)" != done ]; then setsid bash {SCRIPT} >/dev/null 2>&1 </dev/null & fi; exec sleep infinity"#
+    )
+}
+
+/// The writer script, for `bash`: writes through `host:port`, asking
 /// `WAIT replicas timeout_ms` after each `SET`; each attempt gives up after
-/// 3 s (connection, `WAIT` and all).
+/// 3 s (connection, `WAIT` and all). It appends to [`LOG`], after the last
+/// key there, and exits at once if another writer holds [`LOCK`]; starting
+/// afresh is the caller's (remove the log and [`STOP`] first).
 pub fn script(host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
     format!(
-        r#"rm -f {STOP}; : > {LOG}; i=0
+        r#"exec 9>>{LOCK}; flock -n 9 || exit 0
+: >> {LOG}; i=0
+while read -r _ _ k _; do case $k in ''|*[!0-9]*) ;; *) i=$k;; esac; done < <(tail -n 3 {LOG})
+[ $i = 0 ] || printf '\nresumed %s %d\n' $EPOCHREALTIME $i >> {LOG}
 while [ ! -e {STOP} ]; do
   i=$((i+1)); t0=$EPOCHREALTIME
   out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} || exit 1; printf "SET w%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i 2>/dev/null)
@@ -449,5 +478,22 @@ mod tests {
         assert!(!s.contains("redis-cli"));
         assert!(s.contains(LOG) && s.contains(STOP));
         assert!(read_back_script("h", 1, 3).contains("i<=3"));
+    }
+
+    #[test]
+    fn the_script_resumes_its_log_and_the_marks_of_a_restart_parse_as_nothing() {
+        let s = script("h", 6379, 1, 1000);
+        // It neither truncates the log nor removes the stop file: a
+        // restarted container's writer carries on where the last one was.
+        assert!(!s.contains(&format!(": > {LOG}")) && !s.contains(&format!("rm -f {STOP}")));
+        assert!(s.contains("flock -n 9") && s.contains(LOCK));
+        assert!(
+            client_command().contains(SCRIPT) && client_command().ends_with("exec sleep infinity")
+        );
+        let log = "1.0 1.1 1 1 1 a a-1 -\n1.2 1.3 2 1 1 a a-1 -\n\nresumed 9.0 2\n9.1 9.2 3 1 1 a a-1 -\n";
+        let got = parse(log);
+        assert_eq!(got.iter().map(|a| a.key).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(acknowledged(&got, 1), vec![1, 2, 3]);
+        assert!(!finished(log));
     }
 }
