@@ -14,6 +14,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, Redis};
 use crate::application::service::ServiceExtras;
 use crate::cli::{RedisConnect, RunArgs};
@@ -27,7 +28,7 @@ use crate::podset::watch as pod_watch;
 use crate::redis::hooks::ReplicationExtras;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::service_applier::ServiceApplier;
-use crate::runtime::{self, Context, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::runtime::{self, Context};
 
 /// `podkeeper run`: the usual kubeconfig resolution, stopped by SIGINT or
 /// SIGTERM.

@@ -1,6 +1,7 @@
 //! The custom resources podkeeper serves, group `podkeeper.dev`, version `v1`.
 
 pub mod application;
+pub mod names;
 pub mod redis;
 pub mod replication;
 

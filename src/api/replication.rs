@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The label on every Pod that says its role: `primary` or `replica`.
-pub const ROLE_LABEL: &str = "podkeeper.dev/role";
 /// The type of the condition that says whether replication is complete.
 pub const REPLICATED_CONDITION: &str = "Replicated";
 

@@ -14,13 +14,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
+use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, ApplicationStatus};
 use crate::application::service::{Network, ServiceExtras};
 use crate::podset::plan::{Counts, Desired, IntOrPercent, Strategy, resolve_rolling};
 use crate::podset::reconcile::{PodSet, PodSetSpec, Report};
 use crate::podset::revision::{revision_of, stamp};
 use crate::runtime::conditions::{self, Cond, truth};
-use crate::runtime::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 pub const CONTROLLER: &str = "application";
 const KIND: &str = "Application";
@@ -368,8 +368,8 @@ impl PodSet for Application {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::names::TEMPLATE_HASH_LABEL;
     use crate::podset::plan::{Plan, plan};
-    use crate::podset::pods::TEMPLATE_HASH_LABEL;
     use crate::podset::pods::test_support::{pending, pod};
     use k8s_openapi::jiff::Timestamp;
     use serde_json::{Value, json};

@@ -12,9 +12,10 @@ use kube::{Api, Client, Resource};
 use rand::RngExt;
 use tracing::{debug, warn};
 
+use crate::api::names::RESIZE_REFUSED_ANNOTATION;
 use crate::metrics::Metrics;
 use crate::podset::expectations::{Expectations, OwnerKey};
-use crate::podset::inplace::{self, Change, RESIZE_REFUSED_ANNOTATION};
+use crate::podset::inplace::{self, Change};
 use crate::podset::metadata_only;
 use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
 use crate::runtime::events::{EventRecorder, EventType};

@@ -24,33 +24,12 @@ use k8s_openapi::api::core::v1::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::podset::pods::TEMPLATE_HASH_LABEL;
-use crate::podset::revision::template_hash;
-
-/// The template hash with every container's image left out.
-pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images";
-/// The template hash with every container's image and resources left out.
-pub const BUT_RESOURCES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images-resources";
-/// The revision a Pod was last updated to in place.
-pub const UPDATED_IN_PLACE_ANNOTATION: &str = "podkeeper.dev/updated-in-place";
-/// When the Pod was last updated in place (RFC 3339).
-pub const UPDATED_AT_ANNOTATION: &str = "podkeeper.dev/updated-in-place-at";
-/// The containers an in-place image change restarts, with the ID each ran as
-/// when the update was sent (a JSON object, name to containerID): such a
-/// container is updated once it runs as another ID. Image names cannot tell
-/// this alone: a runtime may report the running container by another tag of
-/// the same image, and a start time has only seconds.
-pub const RESTARTED_FROM_ANNOTATION: &str = "podkeeper.dev/updated-in-place-from";
-/// The revision for which the API server refused to resize the Pod: it is
-/// replaced instead.
-pub const RESIZE_REFUSED_ANNOTATION: &str = "podkeeper.dev/resize-refused";
-
-/// The two in-place hashes of a template (or a Pod).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InPlaceKeys {
-    pub but_images: String,
-    pub but_resources: String,
-}
+use crate::api::names::TEMPLATE_HASH_LABEL;
+use crate::api::names::{
+    BUT_IMAGES_ANNOTATION, BUT_RESOURCES_ANNOTATION, RESTARTED_FROM_ANNOTATION,
+    UPDATED_AT_ANNOTATION, UPDATED_IN_PLACE_ANNOTATION,
+};
+use crate::podset::revision::InPlaceKeys;
 
 /// What an in-place update of one Pod changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,39 +41,6 @@ pub enum Change {
 }
 
 impl InPlaceKeys {
-    /// The keys of a template, computed from its contents (before any
-    /// label or annotation of ours is added).
-    pub fn of_template(template: &PodTemplateSpec) -> Self {
-        let mut t = template.clone();
-        let containers: &mut [Container] = t
-            .spec
-            .as_mut()
-            .map(|s| &mut s.containers[..])
-            .unwrap_or_default();
-        for c in containers.iter_mut() {
-            c.image = None;
-        }
-        let but_images = template_hash(&t);
-        if let Some(s) = t.spec.as_mut() {
-            for c in s.containers.iter_mut() {
-                c.resources = None;
-            }
-        }
-        InPlaceKeys {
-            but_images,
-            but_resources: template_hash(&t),
-        }
-    }
-
-    /// The keys stamped on a Pod or template, if it has them.
-    pub fn read(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Option<Self> {
-        let a = annotations?;
-        Some(InPlaceKeys {
-            but_images: a.get(BUT_IMAGES_ANNOTATION)?.clone(),
-            but_resources: a.get(BUT_RESOURCES_ANNOTATION)?.clone(),
-        })
-    }
-
     /// How `self` (a Pod's keys) can be brought to `desired` in place, if
     /// at all; `resize`: whether resources may change in place.
     pub fn change_to(&self, desired: &InPlaceKeys, resize: bool) -> Option<Change> {
@@ -106,18 +52,6 @@ impl InPlaceKeys {
             None
         }
     }
-}
-
-/// Adds `keys` (computed from the template before anything of ours was
-/// added to it) to its annotations.
-pub fn stamp_keys(template: &mut PodTemplateSpec, keys: InPlaceKeys) {
-    let annotations = template
-        .metadata
-        .get_or_insert_with(Default::default)
-        .annotations
-        .get_or_insert_with(Default::default);
-    annotations.insert(BUT_IMAGES_ANNOTATION.into(), keys.but_images);
-    annotations.insert(BUT_RESOURCES_ANNOTATION.into(), keys.but_resources);
 }
 
 /// An image reference in the form container runtimes report it: a domain
@@ -386,6 +320,7 @@ pub fn resize_patch(live: &Pod, template: &PodTemplateSpec) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::podset::revision::stamp_keys;
     use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -22,8 +22,9 @@
 use k8s_openapi::jiff::Timestamp;
 
 use crate::podset::ObservedPod;
-use crate::podset::inplace::{Change, InPlaceKeys};
+use crate::podset::inplace::Change;
 use crate::podset::rank::sort_for_deletion;
+use crate::podset::revision::InPlaceKeys;
 
 /// How outdated Pods are replaced. Numbers are absolute, already resolved
 /// from percentages against `replicas`.

@@ -3,12 +3,10 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::podset::inplace::{self, InPlaceKeys, RESIZE_REFUSED_ANNOTATION};
-
-/// The label that carries a Pod's template hash.
-pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
-/// The annotation that ranks Pods for scale-down (as for ReplicaSets).
-pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+use crate::api::names::RESIZE_REFUSED_ANNOTATION;
+use crate::api::names::{DELETION_COST_ANNOTATION, TEMPLATE_HASH_LABEL};
+use crate::podset::inplace;
+use crate::podset::revision::InPlaceKeys;
 
 /// The Pod's Ready condition is True (as the kubelet last reported it).
 pub fn pod_is_ready(p: &Pod) -> bool {

@@ -39,15 +39,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use crate::api::names::ORPHAN_FINALIZER;
+use crate::api::names::{FIELD_MANAGER, FINALIZER};
 use crate::podset::ObservedPod;
 use crate::podset::executor::{Failure, Outcome, Owner, summary};
 use crate::podset::plan::{Desired, Plan, Strategy, plan};
 use crate::runtime::events::EventType;
-use crate::runtime::{Context, Error, FIELD_MANAGER, FINALIZER, Pace, next_action};
-
-/// The finalizer the API server adds for `propagationPolicy: Orphan`
-/// (`kubectl delete --cascade=orphan`).
-pub const ORPHAN_FINALIZER: &str = "orphan";
+use crate::runtime::{Context, Error, Pace, next_action};
 
 /// What a kind asks of the Pod engine.
 #[derive(Clone, Debug)]

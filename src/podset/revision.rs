@@ -1,13 +1,15 @@
-//! The template hash: a short, stable digest of the Pod template that the
-//! engine writes into each Pod's labels. A Pod whose hash differs from the
-//! current template's is outdated and gets rolled.
+//! A template's revision: the template hash, a short, stable digest of the
+//! Pod template that the engine writes into each Pod's labels (a Pod whose
+//! hash differs from the current template's is outdated and gets rolled),
+//! and the in-place keys, the same digest with images (and resources) left
+//! out, that tell which outdated Pods can be updated in place (see
+//! [`crate::podset::inplace`]).
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::podset::inplace::{InPlaceKeys, stamp_keys};
-use crate::podset::pods::TEMPLATE_HASH_LABEL;
+use crate::api::names::{BUT_IMAGES_ANNOTATION, BUT_RESOURCES_ANNOTATION, TEMPLATE_HASH_LABEL};
 
 /// Ten lowercase hex characters of the SHA-256 of the value's JSON form.
 /// k8s-openapi types serialize their fields in a fixed order and maps are
@@ -42,6 +44,60 @@ pub fn revision_of(template: &PodTemplateSpec) -> String {
         .and_then(|l| l.get(TEMPLATE_HASH_LABEL))
         .cloned()
         .unwrap_or_default()
+}
+
+/// The two in-place hashes of a template (or a Pod).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InPlaceKeys {
+    pub but_images: String,
+    pub but_resources: String,
+}
+
+impl InPlaceKeys {
+    /// The keys of a template, computed from its contents (before any
+    /// label or annotation of ours is added).
+    pub fn of_template(template: &PodTemplateSpec) -> Self {
+        let mut t = template.clone();
+        let containers: &mut [Container] = t
+            .spec
+            .as_mut()
+            .map(|s| &mut s.containers[..])
+            .unwrap_or_default();
+        for c in containers.iter_mut() {
+            c.image = None;
+        }
+        let but_images = template_hash(&t);
+        if let Some(s) = t.spec.as_mut() {
+            for c in s.containers.iter_mut() {
+                c.resources = None;
+            }
+        }
+        InPlaceKeys {
+            but_images,
+            but_resources: template_hash(&t),
+        }
+    }
+
+    /// The keys stamped on a Pod or template, if it has them.
+    pub fn read(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Option<Self> {
+        let a = annotations?;
+        Some(InPlaceKeys {
+            but_images: a.get(BUT_IMAGES_ANNOTATION)?.clone(),
+            but_resources: a.get(BUT_RESOURCES_ANNOTATION)?.clone(),
+        })
+    }
+}
+
+/// Adds `keys` (computed from the template before anything of ours was
+/// added to it) to its annotations.
+pub fn stamp_keys(template: &mut PodTemplateSpec, keys: InPlaceKeys) {
+    let annotations = template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(BUT_IMAGES_ANNOTATION.into(), keys.but_images);
+    annotations.insert(BUT_RESOURCES_ANNOTATION.into(), keys.but_resources);
 }
 
 #[cfg(test)]

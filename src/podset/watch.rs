@@ -17,10 +17,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tracing::{info, warn};
 
+use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, GROUP, Redis};
 use crate::podset::expectations::Expectations;
 use crate::podset::lean_pod::LeanPod;
-use crate::runtime::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// Where Pod events are sent, per owner kind.
 #[derive(Clone)]

@@ -18,9 +18,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
+use crate::api::names::{FIELD_MANAGER, ROLE_LABEL};
 use crate::api::redis::{MemberStatus, PrimaryStatus};
-use crate::api::replication::ROLE_LABEL;
-use crate::application::service::{cleanup_services, owned_named, owned_services};
 use crate::podset::ObservedPod;
 use crate::podset::executor::{Failure, Owner, api_message};
 use crate::podset::plan::{Desired, Plan};
@@ -28,10 +27,12 @@ use crate::podset::reconcile::Extras;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
-use crate::redis::{desired_services, service_names, spare_primary, spare_primary_in_place};
+use crate::redis::rollout::{spare_primary, spare_primary_in_place};
+use crate::redis::services::{desired_services, service_names};
 use crate::runtime::events::EventType;
 use crate::runtime::service_applier::ServiceApplier;
-use crate::runtime::{Context, Error, FIELD_MANAGER};
+use crate::runtime::services::{cleanup_services, owned_named, owned_services};
+use crate::runtime::{Context, Error};
 
 /// How often to look again while no member answers at all.
 pub const SILENT_PERIOD: Duration = Duration::from_secs(30);

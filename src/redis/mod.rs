@@ -1,43 +1,26 @@
-//! Redis as a [`PodSet`]: its Pod template, its rollout strategy and its
-//! status, all pure; the generic reconciler in [`crate::podset::reconcile`] does the
+//! Redis as a [`PodSet`]: its Pod template ([`pod`]), Services
+//! ([`services`]), rollout order ([`rollout`]) and status ([`status`]), all
+//! pure, and its I/O hooks ([`hooks`]); the generic reconciler in [`crate::podset::reconcile`] does the
 //! rest.
 
 pub mod hooks;
+pub mod pod;
 pub mod replication;
+pub mod rollout;
+pub mod services;
+pub mod status;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
-
-use crate::api::replication::{
-    REPLICATED_CONDITION, ROLE_LABEL, primary_service_name, replicas_service_name,
-};
 use crate::api::{Redis, RedisStatus};
-use crate::podset::ObservedPod;
-use crate::podset::executor::Owner;
-use crate::podset::inplace::InPlaceKeys;
-use crate::podset::plan::{DeleteReason, Desired, InPlace, Plan, Strategy, Update, victim};
-use crate::podset::rank::sort_for_deletion;
+use crate::podset::plan::{Desired, InPlace, Strategy};
 use crate::podset::reconcile::{PodSet, PodSetSpec, Report};
-use crate::podset::revision::{revision_of, stamp};
+use crate::podset::revision::InPlaceKeys;
+use crate::podset::revision::revision_of;
 use crate::redis::hooks::{Replication, ReplicationExtras};
-use crate::redis::replication::config::{config_args, server_command};
-use crate::runtime::conditions::{self, Cond, truth};
-use crate::runtime::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::redis::pod::pod_template;
+use crate::redis::status::desired_status;
 
 pub const CONTROLLER: &str = "redis";
 const KIND: &str = "Redis";
-pub const NAME_LABEL: &str = "app.kubernetes.io/name";
-pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-/// Uid and gid of the redis user in the official image.
-const REDIS_UID: i64 = 999;
 
 /// Redis rolls one Pod at a time and replaces a Pod only once its
 /// successor is Ready.
@@ -51,416 +34,6 @@ const ROLLOUT: Strategy = Strategy::RollingUpdate {
 /// the one unavailable Pod. A single-Pod Redis has no replica to hand over
 /// to, so it is always replaced (its successor syncs first).
 const IN_PLACE_UNAVAILABLE: i32 = 1;
-
-/// The labels that select a Redis's Pods.
-pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
-    [
-        (NAME_LABEL.to_string(), "redis".to_string()),
-        (INSTANCE_LABEL.to_string(), name.to_string()),
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-    ]
-    .into()
-}
-
-/// The selector in string form, for status.selector and `kubectl scale`.
-pub fn selector_string(name: &str) -> String {
-    selector_labels(name)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The redis-server command and arguments of a member: `spec.config`
-/// (validated; `maxmemory` from the memory limit unless set), listening on
-/// every address of the Pod (Debian's redis-server defaults to loopback
-/// with protected mode), data in /data, and starting as a replica of the
-/// placeholder (see [`crate::redis::replication`]). Pure.
-pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> {
-    let spec = &redis.spec;
-    let memory_limit = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.limits.as_ref())
-        .and_then(|l| l.get("memory"));
-    let mut args: Vec<String> = ["--bind", "*", "-::*", "--dir", "/data"]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    args.extend(config_args(&spec.config, memory_limit).map_err(|e| e.to_string())?);
-    let port =
-        u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;
-    Ok(server_command(port, &args, spec.auth.is_some()))
-}
-
-/// Spread the members over nodes (at most one more on any node than on
-/// another, counting only nodes the Pods may run on) and, where nodes have
-/// zones, over zones as far as the scheduler can.
-fn spread(name: &str) -> Vec<TopologySpreadConstraint> {
-    let selector = LabelSelector {
-        match_labels: Some(selector_labels(name)),
-        ..Default::default()
-    };
-    [
-        ("kubernetes.io/hostname", "DoNotSchedule"),
-        ("topology.kubernetes.io/zone", "ScheduleAnyway"),
-    ]
-    .into_iter()
-    .map(|(key, when)| TopologySpreadConstraint {
-        label_selector: Some(selector.clone()),
-        max_skew: 1,
-        topology_key: key.into(),
-        when_unsatisfiable: when.into(),
-        node_taints_policy: Some("Honor".into()),
-        ..Default::default()
-    })
-    .collect()
-}
-
-/// The Pod template of a Redis, with its template hash label, or why
-/// `spec.config` cannot work. Pure.
-pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
-    let spec = &redis.spec;
-    let port = spec.port;
-    let (command, args) = server_args(redis)?;
-    let env = spec
-        .auth
-        .as_ref()
-        .map(|auth| vec![crate::redis::replication::objects::password_env(auth)]);
-    let container = Container {
-        name: "redis".into(),
-        image: Some(spec.image.clone()),
-        image_pull_policy: Some(spec.image_pull_policy.as_str().into()),
-        command: Some(command),
-        args: Some(args),
-        env,
-        ports: Some(vec![ContainerPort {
-            name: Some("redis".into()),
-            container_port: port,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        readiness_probe: Some(crate::redis::replication::objects::readiness_probe(
-            u16::try_from(port).unwrap_or(6379),
-            spec.auth.is_some(),
-        )),
-        resources: spec.resources.clone(),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "data".into(),
-            mount_path: "/data".into(),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    let pod_spec = PodSpec {
-        containers: vec![container],
-        topology_spread_constraints: Some(spread(&redis.name_any())),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(REDIS_UID),
-            run_as_group: Some(REDIS_UID),
-            fs_group: Some(REDIS_UID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                localhost_profile: None,
-            }),
-            ..Default::default()
-        }),
-        volumes: Some(vec![Volume {
-            name: "data".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    // Every member starts as a replica (of the placeholder); the operator
-    // moves the label of the one it makes primary.
-    let mut labels = selector_labels(&redis.name_any());
-    labels.insert(ROLE_LABEL.into(), "replica".into());
-    let template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels),
-            ..Default::default()
-        }),
-        spec: Some(pod_spec),
-    };
-    Ok(stamp(template))
-}
-
-/// The names of a Redis's two Services, primary's first.
-pub fn service_names(redis: &Redis) -> [String; 2] {
-    let name = redis.name_any();
-    [primary_service_name(&name), replicas_service_name(&name)]
-}
-
-/// The two Services of a Redis: `<name>` selects the primary (read-write),
-/// `<name>-replicas` the replicas (read-only; Services send traffic to
-/// ready Pods only). Owned by the Redis. Pure.
-pub fn desired_services(redis: &Redis, owner: &Owner) -> Vec<Service> {
-    let name = redis.name_any();
-    service_names(redis)
-        .into_iter()
-        .zip(["primary", "replica"])
-        .map(|(service, role)| {
-            let mut selector = selector_labels(&name);
-            selector.insert(ROLE_LABEL.into(), role.into());
-            Service {
-                metadata: ObjectMeta {
-                    name: Some(service),
-                    namespace: Some(owner.namespace.clone()),
-                    labels: Some(
-                        [
-                            (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-                            (INSTANCE_LABEL.to_string(), name.clone()),
-                            (NAME_LABEL.to_string(), "redis".to_string()),
-                        ]
-                        .into(),
-                    ),
-                    owner_references: Some(vec![owner.reference.clone()]),
-                    ..Default::default()
-                },
-                spec: Some(ServiceSpec {
-                    selector: Some(selector),
-                    ports: Some(vec![ServicePort {
-                        name: Some("redis".into()),
-                        port: redis.spec.port,
-                        target_port: Some(IntOrString::String("redis".into())),
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-                status: None,
-            }
-        })
-        .collect()
-}
-
-/// Keeps `primary` out of the engine's deletions. A scale-down takes the
-/// next Pod in the engine's order instead; a rollout replaces the other
-/// outdated Pods first (one in the same state, ready or not, so the
-/// rollout's availability arithmetic holds). Returns `true` when the
-/// primary is the one left to go: it is held back and must be handed over
-/// first (it is "retiring"). Scaling to zero deletes it with the others.
-/// Pure.
-pub fn spare_primary(plan: &mut Plan, pods: &[ObservedPod], primary: &str, revision: &str) -> bool {
-    let Some(i) = plan.delete.iter().position(|v| v.name == primary) else {
-        return false;
-    };
-    let reason = plan.delete[i].reason;
-    let the_primary = pods.iter().find(|p| p.name == primary);
-    let deleted = |name: &str| plan.delete.iter().any(|v| v.name == name);
-    let others: Vec<&ObservedPod> = pods
-        .iter()
-        .filter(|p| p.is_active() && p.name != primary)
-        .collect();
-    if reason == DeleteReason::ScaleDown && others.iter().all(|p| deleted(&p.name)) {
-        // Nothing stays: scaling to zero.
-        return false;
-    }
-    let mut candidates: Vec<&ObservedPod> = others
-        .into_iter()
-        .filter(|p| !deleted(&p.name))
-        .filter(|p| {
-            let current = p.revision.as_deref() == Some(revision);
-            match reason {
-                DeleteReason::ScaleDown => current,
-                DeleteReason::Outdated | DeleteReason::ResizeInfeasible => !current,
-                DeleteReason::Cleanup => false,
-            }
-        })
-        .filter(|p| the_primary.is_none_or(|q| p.is_ready() == q.is_ready()))
-        .collect();
-    sort_for_deletion(&mut candidates);
-    match candidates.first() {
-        Some(c) => {
-            plan.delete[i] = victim(c, reason);
-            false
-        }
-        None => {
-            plan.delete.remove(i);
-            true
-        }
-    }
-}
-
-/// Keeps `primary` out of the engine's in-place updates, as
-/// [`spare_primary`] does for deletions: another outdated Pod in the same
-/// state that the planner would update in place goes instead. Returns
-/// `true` when the primary is the one left to update: it is held back and
-/// handed over first. Pure.
-pub fn spare_primary_in_place(
-    plan: &mut Plan,
-    pods: &[ObservedPod],
-    primary: &str,
-    desired: &Desired,
-) -> bool {
-    let Some(i) = plan.in_place.iter().position(|u| u.name == primary) else {
-        return false;
-    };
-    let the_primary = pods.iter().find(|p| p.name == primary);
-    let taken = |name: &str| {
-        plan.in_place.iter().any(|u| u.name == name) || plan.delete.iter().any(|v| v.name == name)
-    };
-    let mut candidates: Vec<&ObservedPod> = pods
-        .iter()
-        .filter(|p| p.is_active() && p.name != primary && !taken(&p.name))
-        .filter(|p| p.revision.as_deref() != Some(desired.revision.as_str()))
-        .filter(|p| the_primary.is_none_or(|q| p.is_ready() == q.is_ready()))
-        .filter(|p| crate::podset::plan::in_place_change(desired, p).is_some())
-        .collect();
-    sort_for_deletion(&mut candidates);
-    match candidates.first() {
-        Some(c) => {
-            plan.in_place[i] = Update {
-                name: c.name.clone(),
-                uid: c.uid.clone(),
-                change: crate::podset::plan::in_place_change(desired, c)
-                    .unwrap_or(crate::podset::inplace::Change::Images),
-            };
-            false
-        }
-        None => {
-            plan.in_place.remove(i);
-            true
-        }
-    }
-}
-
-/// The status a Redis should show. Pure.
-pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisStatus {
-    let replicas = redis.spec.replicas.max(0);
-    let plan = report.plan;
-    let c = plan.counts;
-    let previous = redis.status.clone().unwrap_or_default();
-    let repl = report.extras;
-    let all_ready = c.ready == replicas && c.updated == replicas && c.replicas == replicas;
-    let replicated = match (report.invalid, &repl.condition) {
-        (Some(message), _) => Cond {
-            type_: REPLICATED_CONDITION,
-            status: "False",
-            reason: "InvalidSpec",
-            message: message.to_string(),
-        },
-        (None, Some((ok, reason, message))) => Cond {
-            type_: REPLICATED_CONDITION,
-            status: truth(*ok),
-            reason,
-            message: message.clone(),
-        },
-        (None, None) => Cond {
-            type_: REPLICATED_CONDITION,
-            status: "Unknown",
-            reason: "NotObserved",
-            message: "replication has not been observed yet".into(),
-        },
-    };
-    // Ready: a primary accepts writes and every replica is linked and
-    // caught up (with no Pods asked for, there is nothing to replicate),
-    // and the Services that clients use are there as wanted.
-    let serving = replicas == 0 || replicated.status == "True";
-    let services = repl.services_pending.is_empty();
-    let ready = Cond {
-        type_: "Ready",
-        status: truth(all_ready && serving && services),
-        reason: if !all_ready {
-            "ReplicasNotReady"
-        } else if !serving {
-            "NotReplicated"
-        } else if !services {
-            "ServicesPending"
-        } else {
-            "Replicated"
-        },
-        message: if all_ready && !serving {
-            format!(
-                "{} of {replicas} Pods ready; {}",
-                c.ready, replicated.message
-            )
-        } else if all_ready && !services {
-            format!(
-                "{} of {replicas} Pods ready and replicated; Service {} not applied yet",
-                c.ready,
-                repl.services_pending.join(" and ")
-            )
-        } else {
-            format!(
-                "{} of {} replicas ready, {} on the current template",
-                c.ready, replicas, c.updated
-            )
-        },
-    };
-    let progressing = if plan.complete {
-        Cond {
-            type_: "Progressing",
-            status: "False",
-            reason: "Complete",
-            message: format!("{replicas} replicas on the current template"),
-        }
-    } else if plan.rolling {
-        Cond {
-            type_: "Progressing",
-            status: "True",
-            reason: "RollingUpdate",
-            message: format!("{} of {} replicas updated", c.updated, replicas),
-        }
-    } else {
-        Cond {
-            type_: "Progressing",
-            status: "True",
-            reason: "Scaling",
-            message: if c.replicas == replicas && c.terminating > 0 {
-                format!(
-                    "{replicas} replicas; waiting for {} terminating Pod(s) to go",
-                    c.terminating
-                )
-            } else {
-                format!("{} replicas, want {}", c.replicas, replicas)
-            },
-        }
-    };
-    let failure = match report.failure {
-        Some(f) => Cond {
-            type_: "ReplicaFailure",
-            status: "True",
-            reason: f.reason,
-            message: f.message.clone(),
-        },
-        None => Cond {
-            type_: "ReplicaFailure",
-            status: "False",
-            reason: "NoFailure",
-            message: "the last Pod creates and deletes succeeded".into(),
-        },
-    };
-    RedisStatus {
-        replicas: c.replicas,
-        ready_replicas: c.ready,
-        updated_replicas: c.updated,
-        observed_generation: redis.metadata.generation,
-        selector: selector_string(&redis.name_any()),
-        conditions: conditions::merge(
-            &previous.conditions,
-            vec![ready, progressing, failure, replicated],
-            redis.metadata.generation,
-            report.now,
-        ),
-        primary: repl.primary.clone(),
-        members: repl.members.clone(),
-    }
-}
 
 impl PodSet for Redis {
     const KIND: &'static str = KIND;
@@ -511,6 +84,29 @@ impl PodSet for Redis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+    use kube::ResourceExt;
+
+    use crate::api::names::INSTANCE_LABEL;
+    use crate::api::names::{MANAGED_BY_LABEL, ROLE_LABEL};
+
+    use crate::api::Redis;
+    use crate::podset::ObservedPod;
+    use crate::podset::executor::Owner;
+
+    use crate::podset::plan::{DeleteReason, Desired, Plan};
+
+    use crate::podset::reconcile::{PodSet, Report};
+    use crate::podset::revision::revision_of;
+    use crate::redis::hooks::Replication;
+
+    use crate::runtime::conditions::{self};
+
+    use crate::redis::rollout::*;
+    use crate::redis::services::*;
+
     use crate::api::RedisSpec;
     use crate::api::redis::PrimaryStatus;
     use crate::api::redis::PullPolicy;

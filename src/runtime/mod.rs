@@ -5,6 +5,7 @@
 pub mod conditions;
 pub mod events;
 pub mod service_applier;
+pub mod services;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,19 +20,12 @@ use rand::RngExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::api::names::FIELD_MANAGER;
 use crate::podset::ObservedPod;
 use crate::podset::executor::{Executor, Failure, Owner, summary};
 use crate::podset::metadata_only;
 use crate::podset::plan::{DeleteReason, victim};
 use crate::runtime::events::EventType;
-
-/// Label on every Pod podkeeper creates; the Pod watch selects on it.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY_VALUE: &str = "podkeeper";
-/// The finalizer that makes a deleted owner wait for its Pods.
-pub const FINALIZER: &str = "podkeeper.dev/cleanup";
-/// Field manager for server-side apply, patches and status writes.
-pub const FIELD_MANAGER: &str = "podkeeper";
 
 /// A reconcile failed, or must come back soon.
 #[derive(Debug, thiserror::Error)]

@@ -37,11 +37,12 @@ use kube::{Api, Resource, ResourceExt};
 use rand::RngExt;
 use tokio::sync::Semaphore;
 
-use crate::application::service::{service_exists, service_in_sync};
+use crate::api::names::FIELD_MANAGER;
 use crate::podset::executor::{Executor, Failure, Owner, api_message};
 use crate::podset::revision::template_hash;
+use crate::runtime::backoff_delay;
 use crate::runtime::events::EventType;
-use crate::runtime::{FIELD_MANAGER, backoff_delay};
+use crate::runtime::services::{service_exists, service_in_sync};
 
 /// How long a Service this operator applied is taken as done while the
 /// cache does not show it yet; past that it is applied again.
@@ -389,7 +390,7 @@ where
             (updated, "ServiceUpdated", "Updated"),
         ] {
             if !names.is_empty() {
-                let what = crate::application::service::services_noun(names.len());
+                let what = crate::runtime::services::services_noun(names.len());
                 self.executor
                     .event(
                         owner,

@@ -191,7 +191,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
         let r = redis.get(name).await.unwrap();
         let primary = r.primary_pod().expect("a primary").to_string();
         let members: Vec<String> = pods
-            .list(&ListParams::default().labels(&podkeeper::redis::selector_string(name)))
+            .list(&ListParams::default().labels(&podkeeper::redis::pod::selector_string(name)))
             .await
             .unwrap()
             .items

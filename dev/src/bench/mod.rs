@@ -237,10 +237,10 @@ fn redis_pod_template(i: usize, r: usize) -> serde_json::Value {
     let role = meta
         .labels
         .as_ref()
-        .and_then(|l| l.get(podkeeper::api::replication::ROLE_LABEL))
+        .and_then(|l| l.get(podkeeper::api::names::ROLE_LABEL))
         .cloned();
     let mut labels = selector.clone();
-    labels.extend(role.map(|r| (podkeeper::api::replication::ROLE_LABEL.to_string(), r)));
+    labels.extend(role.map(|r| (podkeeper::api::names::ROLE_LABEL.to_string(), r)));
     meta.labels = Some(labels);
     // Spread by the ReplicaSet's label, as podkeeper spreads by its own.
     for c in template
@@ -270,7 +270,7 @@ fn replicaset_services(i: usize) -> Vec<serde_json::Value> {
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": format!("r{i}{suffix}")},
                 "spec": {
-                    "selector": {"bench": format!("r{i}"), podkeeper::api::replication::ROLE_LABEL: role},
+                    "selector": {"bench": format!("r{i}"), podkeeper::api::names::ROLE_LABEL: role},
                     "ports": [{"name": "redis", "port": 6379, "targetPort": 6379}],
                 }
             })
@@ -952,7 +952,7 @@ mod tests {
         let template = &rs["spec"]["template"];
         assert_eq!(
             template["metadata"]["labels"],
-            json!({"bench": "r7", podkeeper::api::replication::ROLE_LABEL: "replica"}),
+            json!({"bench": "r7", podkeeper::api::names::ROLE_LABEL: "replica"}),
             "its r7-replicas Service selects its Pods, as podkeeper's selects podkeeper's"
         );
         assert_eq!(
@@ -979,7 +979,7 @@ mod tests {
         }
         let owner = podkeeper::podset::executor::Owner::of(&redis, "Redis");
         assert_eq!(
-            podkeeper::redis::desired_services(&redis, &owner).len(),
+            podkeeper::redis::services::desired_services(&redis, &owner).len(),
             SERVICES_PER_OBJECT
         );
         assert_eq!(replicaset_services(7).len(), SERVICES_PER_OBJECT);

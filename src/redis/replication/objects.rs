@@ -1,11 +1,12 @@
 //! The Kubernetes objects replication adds around the Pods, built from plain
 //! values (pure): the role label's patch, the password's environment
 //! variable and the readiness probe. (The two Services are built with the
-//! rest of the Redis's objects, in `controller::redis::desired_services`.)
+//! rest of the Redis's objects, in `controller::redis::services::desired_services`.)
 
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector};
 
-use crate::api::replication::{AuthSpec, ROLE_LABEL};
+use crate::api::names::ROLE_LABEL;
+use crate::api::replication::AuthSpec;
 use crate::redis::replication::config::PASSWORD_ENV;
 
 /// A merge patch that sets a Pod's role label.

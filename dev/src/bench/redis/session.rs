@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::writer;
 use podkeeper::api::Redis;
-use podkeeper::api::replication::ROLE_LABEL;
+use podkeeper::api::names::ROLE_LABEL;
 use podkeeper::podset::pods::pod_is_ready;
 
 fn other(e: impl std::fmt::Display) -> crate::Error {
@@ -532,7 +532,7 @@ impl Session {
 
 /// The live (not terminating) Pods of Redis `name`.
 pub async fn member_pods(pods: &Api<Pod>, name: &str) -> Option<Vec<Pod>> {
-    let selector = podkeeper::redis::selector_string(name);
+    let selector = podkeeper::redis::pod::selector_string(name);
     Some(
         pods.list(&ListParams::default().labels(&selector))
             .await
@@ -586,7 +586,7 @@ impl InvariantWatch {
     pub fn start(session: &Session, name: &str) -> InvariantWatch {
         let seen = Arc::new(Mutex::new(Invariants::default()));
         let pods: Api<Pod> = session.api();
-        let selector = podkeeper::redis::selector_string(name);
+        let selector = podkeeper::redis::pod::selector_string(name);
         let pod_seen = seen.clone();
         let pod_task = tokio::spawn(async move {
             let mut live: std::collections::BTreeMap<String, bool> = Default::default();

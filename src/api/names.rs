@@ -1,0 +1,66 @@
+//! Every label, annotation, finalizer and field-manager name podkeeper
+//! writes or reads, in one place: what `kubectl get -l`, `kubectl describe`
+//! and a GitOps tool see of it.
+
+// Labels on the objects podkeeper makes.
+
+/// Label on every Pod podkeeper creates; the Pod watch selects on it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+pub const MANAGED_BY_VALUE: &str = "podkeeper";
+
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+
+/// The label on every Pod that says its role: `primary` or `replica`.
+pub const ROLE_LABEL: &str = "podkeeper.dev/role";
+
+/// The label that carries a Pod's template hash.
+pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
+
+// Annotations.
+
+/// The template hash with every container's image left out.
+pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images";
+
+/// The template hash with every container's image and resources left out.
+pub const BUT_RESOURCES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images-resources";
+
+/// The revision a Pod was last updated to in place.
+pub const UPDATED_IN_PLACE_ANNOTATION: &str = "podkeeper.dev/updated-in-place";
+
+/// When the Pod was last updated in place (RFC 3339).
+pub const UPDATED_AT_ANNOTATION: &str = "podkeeper.dev/updated-in-place-at";
+
+/// The containers an in-place image change restarts, with the ID each ran as
+/// when the update was sent (a JSON object, name to containerID): such a
+/// container is updated once it runs as another ID. Image names cannot tell
+/// this alone: a runtime may report the running container by another tag of
+/// the same image, and a start time has only seconds.
+pub const RESTARTED_FROM_ANNOTATION: &str = "podkeeper.dev/updated-in-place-from";
+
+/// The revision for which the API server refused to resize the Pod: it is
+/// replaced instead.
+pub const RESIZE_REFUSED_ANNOTATION: &str = "podkeeper.dev/resize-refused";
+
+/// Hash of the Service podkeeper last applied, to notice fields removed
+/// from `spec.service`.
+pub const APPLIED_HASH_ANNOTATION: &str = "podkeeper.dev/applied-hash";
+
+/// The annotation that ranks Pods for scale-down (as for ReplicaSets).
+pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+// Finalizers.
+
+/// The finalizer that makes a deleted owner wait for its Pods.
+pub const FINALIZER: &str = "podkeeper.dev/cleanup";
+
+/// The finalizer the API server adds for `propagationPolicy: Orphan`
+/// (`kubectl delete --cascade=orphan`).
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+// Field managers.
+
+/// Field manager for server-side apply, patches and status writes.
+pub const FIELD_MANAGER: &str = "podkeeper";

@@ -1,0 +1,63 @@
+//! A Redis's two Services: `<name>` for the primary, `<name>-replicas` for
+//! the replicas. Pure.
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::api::Redis;
+use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
+use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
+use crate::api::replication::{primary_service_name, replicas_service_name};
+use crate::podset::executor::Owner;
+use crate::redis::pod::selector_labels;
+
+/// The names of a Redis's two Services, primary's first.
+pub fn service_names(redis: &Redis) -> [String; 2] {
+    let name = redis.name_any();
+    [primary_service_name(&name), replicas_service_name(&name)]
+}
+
+/// The two Services of a Redis: `<name>` selects the primary (read-write),
+/// `<name>-replicas` the replicas (read-only; Services send traffic to
+/// ready Pods only). Owned by the Redis. Pure.
+pub fn desired_services(redis: &Redis, owner: &Owner) -> Vec<Service> {
+    let name = redis.name_any();
+    service_names(redis)
+        .into_iter()
+        .zip(["primary", "replica"])
+        .map(|(service, role)| {
+            let mut selector = selector_labels(&name);
+            selector.insert(ROLE_LABEL.into(), role.into());
+            Service {
+                metadata: ObjectMeta {
+                    name: Some(service),
+                    namespace: Some(owner.namespace.clone()),
+                    labels: Some(
+                        [
+                            (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+                            (INSTANCE_LABEL.to_string(), name.clone()),
+                            (NAME_LABEL.to_string(), "redis".to_string()),
+                        ]
+                        .into(),
+                    ),
+                    owner_references: Some(vec![owner.reference.clone()]),
+                    ..Default::default()
+                },
+                spec: Some(ServiceSpec {
+                    selector: Some(selector),
+                    ports: Some(vec![ServicePort {
+                        name: Some("redis".into()),
+                        port: redis.spec.port,
+                        target_port: Some(IntOrString::String("redis".into())),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                status: None,
+            }
+        })
+        .collect()
+}
