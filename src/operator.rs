@@ -108,7 +108,9 @@ where
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o: &mut K| o.meta_mut().managed_fields = None),
     )
     .applied_objects()
     .predicate_filter(spec_or_lifecycle::<K>, Default::default());
@@ -203,6 +205,8 @@ pub async fn run(
     let (app_tx, app_rx) = unbounded();
     // The Service appliers wake their owner's reconcile the same way.
     let (redis_wake, app_wake) = (redis_tx.clone(), app_tx.clone());
+    // And so does the one Service watch, for the owner of each Service.
+    let service_routes = (redis_tx.clone(), app_tx.clone());
     let (redis_relist_tx, redis_relist_rx) = unbounded();
     let (app_relist_tx, app_relist_rx) = unbounded();
     let (pods, pod_driver) = pod_watch::start(
@@ -240,13 +244,14 @@ pub async fn run(
         metrics,
         controller: crate::redis::CONTROLLER,
     };
-    let (redis_services, redis_service_events) = service_watch(&client, namespace);
+    let (services, service_driver) = service_watch(&client, namespace, service_routes);
+    let service_task = AbortOnDrop(tokio::spawn(service_driver));
     let redis_ctx = Ctx::<Redis>::new(
         Context::new(client.clone(), executor.clone(), pods.clone()),
         ReplicationExtras::new(
             ServiceApplier::new(
                 executor.clone(),
-                redis_services,
+                services.clone(),
                 redis_wake,
                 args.concurrent_reconciles.into(),
             ),
@@ -254,36 +259,33 @@ pub async fn run(
         ),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
-    let (app_ctx, services) = application_context(
+    let app_ctx = application_context(
         &client,
-        namespace,
         executor,
         pods,
+        services.clone(),
         app_wake,
         args.concurrent_reconciles.into(),
     );
     let (app_store, app_stream) = owner_stream(scoped::<Application>(&client, namespace));
     {
         // Ready again once every controller's cache has its first list.
-        let (readiness, redis_store, app_store, service_store, redis_service_store) = (
+        let (readiness, redis_store, app_store, service_store) = (
             readiness.clone(),
             redis_store.clone(),
             app_store.clone(),
-            app_ctx.extras.applier.services().clone(),
-            redis_ctx.extras.applier.services().clone(),
+            services.clone(),
         );
         tokio::spawn(async move {
             let _ = redis_store.wait_until_ready().await;
             let _ = app_store.wait_until_ready().await;
             let _ = service_store.wait_until_ready().await;
-            let _ = redis_service_store.wait_until_ready().await;
             readiness.set_synced();
         });
     }
     let controller_config =
         kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles);
     let redis = Controller::for_stream(redis_stream, redis_store)
-        .owns_stream(redis_service_events)
         .reconcile_on(redis_rx)
         .reconcile_all_on(redis_relist_rx)
         .with_config(controller_config.clone())
@@ -294,7 +296,6 @@ pub async fn run(
             redis_ctx,
         );
     let applications = Controller::for_stream(app_stream, app_store)
-        .owns_stream(services)
         .reconcile_on(app_rx)
         .reconcile_all_on(app_relist_rx)
         .with_config(controller_config)
@@ -315,6 +316,7 @@ pub async fn run(
         _ = lost.clone() => {}
         _ = controllers => {}
     }
+    drop(service_task);
     drop(pod_task);
     stopped(leadership, &lost, &shutdown).await
 }
@@ -388,48 +390,80 @@ fn print_endpoints(endpoints: &http::Endpoints) {
     }
 }
 
-type ServiceTrigger = std::pin::Pin<Box<dyn Stream<Item = Result<Service, watcher::Error>> + Send>>;
-
-/// A cache of the Services podkeeper manages, and the stream of their
-/// changes (label selected, managedFields stripped; deletions included, so
-/// a deleted Service comes back). Each kind that owns Services has its own.
-fn service_watch(client: &Client, namespace: Option<&str>) -> (Store<Service>, ServiceTrigger) {
+/// The one cache of the Services podkeeper manages (label selected,
+/// managedFields stripped) for every kind that owns Services, and the task
+/// that fills it and asks each Service's owner to reconcile on every change,
+/// deletions included, so that a deleted Service comes back.
+fn service_watch(
+    client: &Client,
+    namespace: Option<&str>,
+    (redis, application): (
+        UnboundedSender<ObjectRef<Redis>>,
+        UnboundedSender<ObjectRef<Application>>,
+    ),
+) -> (Store<Service>, impl Future<Output = ()> + Send + 'static) {
     let (services, writer) = reflector::store();
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
-    let stream = reflector::reflector(
+    let driver = reflector::reflector(
         writer,
         watcher(scoped::<Service>(client, namespace), config)
             .default_backoff()
             .modify(|s: &mut Service| s.metadata.managed_fields = None),
     )
     .touched_objects()
-    .boxed();
-    (services, stream)
+    .for_each(move |event| {
+        match event {
+            Ok(service) => route_service(&service, &redis, &application),
+            Err(e) => warn!(error = %e, "service watch"),
+        }
+        std::future::ready(())
+    });
+    (services, driver)
 }
 
-/// The Application context and the Service watch that triggers it (label
-/// selected, managedFields stripped; deletions included, so a deleted
-/// Service comes back).
+/// Asks the controller of the Service's owner (a Redis or an Application of
+/// podkeeper.dev) to reconcile it.
+fn route_service(
+    service: &Service,
+    redis: &UnboundedSender<ObjectRef<Redis>>,
+    application: &UnboundedSender<ObjectRef<Application>>,
+) {
+    let Some(namespace) = service.metadata.namespace.as_deref() else {
+        return;
+    };
+    let owner = service.owner_references().iter().find(|r| {
+        r.controller == Some(true) && r.api_version.split('/').next() == Some(crate::api::GROUP)
+    });
+    match owner.map(|r| (r.kind.as_str(), r.name.as_str())) {
+        Some(("Redis", name)) => {
+            let _ = redis.unbounded_send(ObjectRef::new(name).within(namespace));
+        }
+        Some(("Application", name)) => {
+            let _ = application.unbounded_send(ObjectRef::new(name).within(namespace));
+        }
+        _ => {}
+    }
+}
+
+/// The Application context, its Service applier on the shared Service cache.
 fn application_context(
     client: &Client,
-    namespace: Option<&str>,
     executor: Executor,
     pods: pod_watch::PodCache,
+    services: Store<Service>,
     wake: UnboundedSender<ObjectRef<Application>>,
     in_flight: usize,
-) -> (Arc<Ctx<Application>>, ServiceTrigger) {
-    let (services, stream) = service_watch(client, namespace);
+) -> Arc<Ctx<Application>> {
     let executor = Executor {
         controller: crate::application::CONTROLLER,
         ..executor
     };
     let applier = ServiceApplier::new(executor.clone(), services, wake, in_flight);
-    let ctx = Ctx::<Application>::new(
+    Ctx::<Application>::new(
         Context::new(client.clone(), executor, pods),
         ServiceExtras { applier },
-    );
-    (ctx, stream)
+    )
 }
 
 /// Installs or updates every CRD with server-side apply and waits until

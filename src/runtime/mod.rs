@@ -25,7 +25,6 @@ use crate::podset::ObservedPod;
 use crate::podset::executor::{Executor, Failure, Owner, summary};
 use crate::podset::metadata_only;
 use crate::podset::plan::{DeleteReason, victim};
-use crate::runtime::events::EventType;
 
 /// A reconcile failed, or must come back soon.
 #[derive(Debug, thiserror::Error)]
@@ -221,8 +220,9 @@ impl Context {
 
     /// Cleanup of an owner's Pods: deletes those not yet terminating, newest
     /// first, and succeeds only when none is left (not even terminating) and
-    /// no create is still unseen. Records `Cleanup` and `CleanupComplete`
-    /// Events. A refused delete is an error, retried with backoff.
+    /// no create is still unseen. Writes no Event when all goes through (it
+    /// logs); a refused delete is a `FailedDelete` Warning and an error,
+    /// retried with backoff.
     pub async fn delete_all_pods(&self, owner: &Owner) -> Result<(), Error> {
         // Expectations before the snapshot: a create seen after it is
         // still counted as unseen, never missed; a Pod whose delete was
@@ -232,15 +232,17 @@ impl Context {
         let unseen = self.executor.expectations.unseen(&owner.key);
         let mut pods = self.observed(owner);
         if pods.is_empty() && unseen.creates == 0 {
-            self.executor
-                .event(
-                    owner,
-                    EventType::Normal,
-                    "CleanupComplete",
-                    "Cleanup",
-                    "All Pods are gone; removing the finalizer".into(),
-                )
-                .await;
+            // A deletion that goes through writes no Event, as the
+            // ReplicaSet controller's does not: the owner is about to be gone,
+            // and three Events per object cost a deletion three waits on the
+            // API server. Refusals are Warning Events (FailedDelete,
+            // FailedService); the log says what happened.
+            tracing::info!(
+                kind = owner.reference.kind,
+                namespace = owner.namespace,
+                name = owner.name,
+                "all Pods are gone; removing the finalizer"
+            );
             self.forget(owner);
             return Ok(());
         }
@@ -252,20 +254,15 @@ impl Context {
             .collect();
         if !to_delete.is_empty() {
             let names: Vec<String> = to_delete.iter().map(|v| v.name.clone()).collect();
-            self.executor
-                .event(
-                    owner,
-                    EventType::Normal,
-                    "Cleanup",
-                    "Cleanup",
-                    format!(
-                        "{} before the {} is removed ({} already being deleted)",
-                        summary("Deleting", &names),
-                        owner.reference.kind,
-                        pods.len() - to_delete.len()
-                    ),
-                )
-                .await;
+            tracing::info!(
+                kind = owner.reference.kind,
+                namespace = owner.namespace,
+                name = owner.name,
+                "{} before the {} is removed ({} already being deleted)",
+                summary("Deleting", &names),
+                owner.reference.kind,
+                pods.len() - to_delete.len()
+            );
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
             let mut failure = None;
             for v in &to_delete {

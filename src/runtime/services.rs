@@ -133,8 +133,8 @@ pub async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<Deleted
 }
 
 /// Cleanup's first step, for every kind with Services: deletes the owner's
-/// Services (`live`, as the cache has them) all at once, with one `Cleanup`
-/// Event naming those it deleted. `Ok(true)` once none is left, as the
+/// Services (`live`, as the cache has them) all at once (logged; no Event,
+/// see [`Context::delete_all_pods`]). `Ok(true)` once none is left, as the
 /// deletes answered, so the Pods go in the same reconcile; `Ok(false)`
 /// while one stays on a finalizer. A refused delete is a `FailedService`
 /// failure, retried with backoff.
@@ -175,15 +175,13 @@ pub async fn cleanup_services(
     if !deleted.is_empty() {
         deleted.sort();
         let what = services_noun(deleted.len());
-        ctx.executor
-            .event(
-                owner,
-                EventType::Normal,
-                "Cleanup",
-                "Cleanup",
-                format!("Deleted {what} {} before the Pods", deleted.join(", ")),
-            )
-            .await;
+        tracing::info!(
+            kind = owner.reference.kind,
+            namespace = owner.namespace,
+            name = owner.name,
+            "deleted {what} {} before the Pods",
+            deleted.join(", ")
+        );
     }
     match refused {
         // Said where `kubectl describe` shows it: a deletion held up by a

@@ -537,24 +537,23 @@ async fn deleting_a_redis_removes_every_pod_before_the_redis_vanishes() {
     );
     let events: Api<Event> = env.api();
     let events = events.list(&ListParams::default()).await.unwrap().items;
-    let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
-    assert!(reasons.contains(&"CleanupComplete"), "{reasons:?}");
-    // One Event for both Services, one for the Pods, one when done: a
-    // deletion does not flood `kubectl events`.
-    let cleanup: Vec<&str> = events
+    // A deletion that goes through writes no Event, as the ReplicaSet
+    // controller's does not (each would be one more wait on the API server
+    // per deleted object); a refused step would be a Warning.
+    let during: Vec<(&str, &str)> = events
         .iter()
-        .filter(|e| e.reason.as_deref() == Some("Cleanup"))
-        .filter_map(|e| e.note.as_deref())
+        .filter(|e| {
+            matches!(e.reason.as_deref(), Some("Cleanup" | "CleanupComplete"))
+                || e.type_.as_deref() == Some("Warning")
+        })
+        .map(|e| {
+            (
+                e.reason.as_deref().unwrap_or_default(),
+                e.note.as_deref().unwrap_or_default(),
+            )
+        })
         .collect();
-    assert_eq!(
-        cleanup.iter().filter(|n| n.contains("Service")).count(),
-        1,
-        "{cleanup:?}"
-    );
-    assert!(
-        cleanup.contains(&"Deleted Services gone, gone-replicas before the Pods"),
-        "{cleanup:?}"
-    );
+    assert!(during.is_empty(), "{during:?}");
     op.assert_running();
 }
 
