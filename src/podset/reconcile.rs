@@ -26,9 +26,11 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use std::time::Instant;
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -43,9 +45,9 @@ use crate::api::names::ORPHAN_FINALIZER;
 use crate::api::names::{FIELD_MANAGER, FINALIZER};
 use crate::podset::ObservedPod;
 use crate::podset::executor::{Failure, Outcome, Owner, summary};
-use crate::podset::plan::{Desired, Plan, Strategy, plan};
+use crate::podset::plan::{DeleteReason, Desired, Plan, Strategy, plan, victim};
 use crate::runtime::events::EventType;
-use crate::runtime::{Context, Error, Pace, next_action};
+use crate::runtime::{Context, Error, Pace};
 
 /// What a kind asks of the Pod engine.
 #[derive(Clone, Debug)]
@@ -231,7 +233,7 @@ pub async fn reconcile<K: PodSet>(obj: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Actio
             .map_err(|e| Error::Finalizer(Box::new(e))),
             Err(e) => Err(e),
         };
-        ctx.inner.record(K::KIND, &*obj, started, &result);
+        record(&ctx.inner, K::KIND, &*obj, started, &result);
         result
     }
     .instrument(span)
@@ -281,19 +283,19 @@ async fn with_finalizer<K: PodSet>(api: &Api<K>, obj: Arc<K>) -> Result<Arc<K>, 
 
 /// Requeue policy on error: per-object exponential backoff.
 pub fn error_policy<K: PodSet>(obj: Arc<K>, error: &Error, ctx: Arc<Ctx<K>>) -> Action {
-    ctx.inner.backoff(K::KIND, &*obj, error)
+    ctx.inner.backoff.failed(K::KIND, &*obj, error)
 }
 
 async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     let inner = &ctx.inner;
     // The status is computed from the last one shown: ours when the cache
     // has not caught up with our write yet.
-    let fresh = inner.freshest(obj);
+    let fresh = inner.status.freshest(obj);
     let obj = fresh.as_ref().unwrap_or(obj);
     let owner = Owner::of(obj, K::KIND);
     let now = Timestamp::now();
     let satisfied = inner.executor.expectations.satisfied(&owner.key);
-    let pods = inner.observed(&owner);
+    let pods = inner.pods.observed(&owner);
 
     let made = ctx.pod_set(obj);
     let spec = match made.as_ref() {
@@ -329,7 +331,8 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
                 now,
             });
             let deferred = inner
-                .write_status(obj, obj.current_status(), &status, Pace::Changing)
+                .status
+                .write(obj, obj.current_status(), &status, Pace::Changing)
                 .await?;
             return Ok(deferred.map_or_else(Action::await_change, Action::requeue));
         }
@@ -393,7 +396,8 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
         now,
     });
     let deferred = inner
-        .write_status(
+        .status
+        .write(
             obj,
             obj.current_status(),
             &status,
@@ -439,7 +443,7 @@ async fn act(ctx: &Context, owner: &Owner, template: &PodTemplateSpec, plan: &Pl
     let live = if plan.in_place.is_empty() {
         Vec::new()
     } else {
-        ctx.owned_pods(&owner.namespace, &owner.reference.uid)
+        ctx.pods.owned(&owner.namespace, &owner.reference.uid)
     };
     let outcome = ctx.executor.execute(owner, template, plan, &live).await;
     if outcome.created > 0 || outcome.deleted > 0 || outcome.updated > 0 {
@@ -463,6 +467,7 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
     let owner = Owner::of(obj, K::KIND);
     if obj.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
         let mut names: Vec<String> = inner
+            .pods
             .observed(&owner)
             .into_iter()
             .filter(|p| !p.terminating)
@@ -486,16 +491,132 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
                 ),
             )
             .await;
-        inner.forget(&owner);
+        forget(inner, &owner);
         ctx.forget_pod_set(&owner);
         return Ok(Action::await_change());
     }
     if !ctx.extras.cleanup(obj, inner, &owner).await? {
         return Err(Error::CleanupPending { remaining: 1 });
     }
-    inner.delete_all_pods(&owner).await?;
+    delete_all_pods(inner, &owner).await?;
     ctx.forget_pod_set(&owner);
     Ok(Action::await_change())
+}
+
+/// Cleanup of an owner's Pods: deletes those not yet terminating, newest
+/// first, and succeeds only when none is left (not even terminating) and
+/// no create is still unseen. Writes no Event when all goes through (it
+/// logs); a refused delete is a `FailedDelete` Warning and an error,
+/// retried with backoff.
+async fn delete_all_pods(ctx: &Context, owner: &Owner) -> Result<(), Error> {
+    // Expectations before the snapshot: a create seen after it is
+    // still counted as unseen, never missed; a Pod whose delete was
+    // sent but is not yet seen terminating is not deleted again (the
+    // pass that the Service's deletion or a Pod event starts came
+    // within ms of the first: a third of the Pods got two deletes).
+    let unseen = ctx.executor.expectations.unseen(&owner.key);
+    let mut pods = ctx.pods.observed(owner);
+    if pods.is_empty() && unseen.creates == 0 {
+        // A deletion that goes through writes no Event, as the
+        // ReplicaSet controller's does not: the owner is about to be gone,
+        // and three Events per object cost a deletion three waits on the
+        // API server. Refusals are Warning Events (FailedDelete,
+        // FailedService); the log says what happened.
+        tracing::info!(
+            kind = owner.reference.kind,
+            namespace = owner.namespace,
+            name = owner.name,
+            "all Pods are gone; removing the finalizer"
+        );
+        forget(ctx, owner);
+        return Ok(());
+    }
+    pods.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+    let to_delete: Vec<_> = pods
+        .iter()
+        .filter(|p| !p.terminating && !unseen.deletes.contains(&p.uid))
+        .map(|p| victim(p, DeleteReason::Cleanup))
+        .collect();
+    if !to_delete.is_empty() {
+        let names: Vec<String> = to_delete.iter().map(|v| v.name.clone()).collect();
+        tracing::info!(
+            kind = owner.reference.kind,
+            namespace = owner.namespace,
+            name = owner.name,
+            "{} before the {} is removed ({} already being deleted)",
+            summary("Deleting", &names),
+            owner.reference.kind,
+            pods.len() - to_delete.len()
+        );
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let mut failure = None;
+        for v in &to_delete {
+            // Newest first, one after the other, as the order promises.
+            if let Err(f) = ctx.executor.delete_one(&api, owner, v).await {
+                failure.get_or_insert(f);
+            }
+        }
+        if let Some(f) = failure {
+            return Err(Error::Step(f));
+        }
+    }
+    Err(Error::CleanupPending {
+        remaining: pods.len().max(unseen.creates),
+    })
+}
+
+/// Forgets everything kept about an owner that is gone.
+fn forget(ctx: &Context, owner: &Owner) {
+    ctx.executor.expectations.forget(&owner.key);
+    ctx.status.forget(&owner.reference.uid);
+    ctx.backoff
+        .succeeded(owner.key.0, &owner.namespace, &owner.name);
+}
+
+/// Records a finished reconcile: metrics by result, and the failure
+/// count reset on success.
+pub fn record<K: Resource>(
+    ctx: &Context,
+    kind: &'static str,
+    obj: &K,
+    started: std::time::Instant,
+    result: &Result<Action, Error>,
+) {
+    let metrics = &ctx.executor.metrics;
+    let controller = ctx.executor.controller;
+    let elapsed = started.elapsed().as_secs_f64();
+    tracing::debug!(
+        elapsed_ms = (elapsed * 1000.0) as u64,
+        ok = result.is_ok(),
+        "reconciled"
+    );
+    match result {
+        Ok(_) => {
+            let meta = obj.meta();
+            ctx.backoff.succeeded(
+                kind,
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            );
+            metrics.reconciled(controller, "success", elapsed);
+        }
+        Err(e) if e.is_waiting() => metrics.reconciled(controller, "requeue", elapsed),
+        Err(e) => {
+            metrics.reconciled(controller, "error", elapsed);
+            metrics.reconcile_error(controller, e.metric_label());
+        }
+    }
+}
+
+/// How long to wait before reconciling again after a successful step.
+pub fn next_action(settled: bool, recheck_after_seconds: Option<i64>) -> Action {
+    match (settled, recheck_after_seconds) {
+        // Expectations unseen: their events trigger the next reconcile;
+        // this is only the safety net should one be lost.
+        (false, _) => Action::requeue(Duration::from_secs(30)),
+        (true, Some(s)) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
+        (true, None) => Action::await_change(),
+    }
 }
 
 #[cfg(test)]
@@ -531,5 +652,40 @@ mod tests {
         // Still short of Pods: changing, terminating or not.
         let p = plan(&desired(3), &pods, now);
         assert_eq!(pace(&desired(3), &p), Pace::Changing);
+    }
+
+    /// A failure lengthens the object's backoff; a success resets it, so
+    /// the next failure waits the shortest time again.
+    #[tokio::test]
+    async fn a_success_resets_the_backoff_of_its_object() {
+        let client =
+            crate::podset::mock_api::client(|_, path, _| panic!("no request expected, got {path}"));
+        let ctx = Context::new(
+            client.clone(),
+            crate::podset::executor::Executor::for_tests(client),
+            crate::podset::watch::PodCache::empty(),
+        );
+        let redis: crate::api::Redis = serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "r", "namespace": "ns"}, "spec": {"replicas": 1},
+        }))
+        .unwrap();
+        let failed = || {
+            Error::Step(crate::podset::executor::Failure {
+                reason: "FailedCreate",
+                message: "refused".into(),
+            })
+        };
+        let count = || ctx.backoff.failures("Redis", "ns", "r");
+        let started = std::time::Instant::now();
+        for n in 1..=3 {
+            ctx.backoff.failed("Redis", &redis, &failed());
+            record(&ctx, "Redis", &redis, started, &Err(failed()));
+            assert_eq!(count(), Some(n), "failure {n} counted");
+        }
+        record(&ctx, "Redis", &redis, started, &Ok(Action::await_change()));
+        assert_eq!(count(), None, "reset by the success");
+        ctx.backoff.failed("Redis", &redis, &failed());
+        assert_eq!(count(), Some(1), "the next failure starts over");
     }
 }

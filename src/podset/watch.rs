@@ -19,6 +19,8 @@ use tracing::{info, warn};
 
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, GROUP, Redis};
+use crate::podset::ObservedPod;
+use crate::podset::executor::Owner;
 use crate::podset::expectations::Expectations;
 use crate::podset::lean_pod::LeanPod;
 
@@ -55,6 +57,22 @@ impl PodCache {
 }
 
 impl PodCache {
+    /// Pods in `namespace` whose controller owner has `owner_uid`.
+    pub fn owned(&self, namespace: &str, owner_uid: &str) -> Vec<Arc<Pod>> {
+        self.owned_by(owner_uid)
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
+    /// The owner's Pods as the planner sees them.
+    pub fn observed(&self, owner: &Owner) -> Vec<ObservedPod> {
+        self.owned(&owner.namespace, &owner.reference.uid)
+            .iter()
+            .filter_map(|p| ObservedPod::from_pod(p))
+            .collect()
+    }
+
     /// Pods whose controller owner has `owner_uid`.
     pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<Pod>> {
         let index = self.by_owner.read().unwrap_or_else(|e| e.into_inner());

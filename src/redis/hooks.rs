@@ -363,7 +363,7 @@ impl Extras<Redis> for ReplicationExtras {
         if held_back && let Some(r) = &recorded {
             retiring.push(r.pod.clone());
         }
-        let pods = ctx.owned_pods(&owner.namespace, &owner.reference.uid);
+        let pods = ctx.pods.owned(&owner.namespace, &owner.reference.uid);
         let password = match password(redis, ctx, owner).await {
             Ok(p) => p,
             Err(message) => {

@@ -15,8 +15,11 @@
 //!   the outcome: a refused apply is that reconcile's failure (a
 //!   `FailedService` condition and Event, retried with backoff) until an
 //!   apply succeeds or the cache shows the Service as wanted.
-//! - A refused apply is tried again after [`crate::runtime::backoff_delay`] (0.5 s
-//!   doubling to 60 s, with jitter); the task wakes the owner then too.
+//! - A refused apply is not retried by the applier on a clock of its own:
+//!   the reconcile the task's end wakes reports the refusal, the owner's one
+//!   backoff ([`crate::runtime::backoff`]) schedules the next reconcile, and
+//!   that one applies again (the refusal still reported while it runs). One
+//!   count of failures per object, not two.
 //! - At most as many applies are in flight per kind as reconciles run at
 //!   once, as before: a create storm of owners does not put hundreds of
 //!   Service writes on the apiserver at the same time.
@@ -34,13 +37,11 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
-use rand::RngExt;
 use tokio::sync::Semaphore;
 
 use crate::api::names::FIELD_MANAGER;
 use crate::podset::executor::{Executor, Failure, Owner, api_message};
 use crate::podset::revision::template_hash;
-use crate::runtime::backoff_delay;
 use crate::runtime::events::EventType;
 use crate::runtime::services::{service_exists, service_in_sync};
 
@@ -111,8 +112,10 @@ fn changes_since(
 pub struct Attempt {
     running: bool,
     failure: Option<Failure>,
-    failures: u32,
-    retry_at: Option<Instant>,
+    /// A refusal no reconcile has reported yet: the reconcile the task's
+    /// end wakes reports it and starts nothing, so that the next apply
+    /// waits for the owner's backoff.
+    unreported: bool,
     /// Applied, and not yet shown by the cache: name -> (hash of what was
     /// applied, when).
     applied: HashMap<String, (String, Instant)>,
@@ -123,7 +126,8 @@ pub struct Attempt {
 pub enum Decision {
     /// Start a task that applies these.
     Start(Vec<String>),
-    /// Nothing to start now (in sync, a task running, or a retry not due);
+    /// Nothing to start now (in sync, a task running, or a refusal to report
+    /// first);
     /// the step's failure so far, if any.
     Report(Option<Failure>),
 }
@@ -152,12 +156,12 @@ impl Attempt {
             if changes.is_empty() {
                 // In sync: whatever failed before is over.
                 self.failure = None;
-                self.failures = 0;
-                self.retry_at = None;
+                self.unreported = false;
             }
             return Decision::Report(self.failure.clone());
         }
-        if self.retry_at.is_some_and(|at| now < at) {
+        if self.unreported {
+            self.unreported = false;
             return Decision::Report(self.failure.clone());
         }
         self.running = true;
@@ -165,33 +169,19 @@ impl Attempt {
     }
 
     /// Records the end of a task at `now`: the Services applied (name and
-    /// hash), and the first refusal. Returns when to retry, if refused.
+    /// hash), and the first refusal.
     pub fn finish(
         &mut self,
         applied: Vec<(String, String)>,
         failure: Option<Failure>,
         now: Instant,
-        jitter: f64,
-    ) -> Option<Duration> {
+    ) {
         self.running = false;
         for (name, hash) in applied {
             self.applied.insert(name, (hash, now));
         }
-        match failure {
-            None => {
-                self.failure = None;
-                self.failures = 0;
-                self.retry_at = None;
-                None
-            }
-            Some(f) => {
-                self.failure = Some(f);
-                self.failures = self.failures.saturating_add(1);
-                let delay = backoff_delay(self.failures, jitter);
-                self.retry_at = Some(now + delay);
-                Some(delay)
-            }
-        }
+        self.unreported = failure.is_some();
+        self.failure = failure;
     }
 
     fn idle(&self) -> bool {
@@ -286,19 +276,21 @@ where
 
     /// One reconcile's Service step: starts applying what differs from
     /// the cache unless that is under way or awaited, and returns the
-    /// step's failure so far.
+    /// step's failure so far (a refusal stands while its retry runs, so the
+    /// owner's backoff keeps growing until an apply goes through).
     pub fn step(&self, owner: &Owner, changes: Vec<Change>) -> Option<Failure> {
         let uid = owner.reference.uid.clone();
-        let due = {
+        let (due, standing) = {
             let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
             let attempt = attempts.entry(uid.clone()).or_default();
             let decision = attempt.decide(&changes, Instant::now());
+            let standing = attempt.failure.clone();
             if attempt.idle() {
                 attempts.remove(&uid);
             }
             match decision {
                 Decision::Report(failure) => return failure,
-                Decision::Start(due) => due,
+                Decision::Start(due) => (due, standing),
             }
         };
         let changes: Vec<Change> = changes
@@ -316,7 +308,7 @@ where
             uid,
         };
         tokio::spawn(task.run(changes));
-        None
+        standing
     }
 
     /// Forgets an owner that is gone.
@@ -413,24 +405,16 @@ where
                 )
                 .await;
         }
-        let retry = {
+        {
             let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
             // An owner forgotten meanwhile (deleted) is not brought back.
             let Some(attempt) = attempts.get_mut(&self.uid) else {
                 return;
             };
-            let jitter = rand::rng().random_range(0.8..1.2);
-            attempt.finish(applied, failure, Instant::now(), jitter)
-        };
-        let owner_ref = ObjectRef::<K>::new(&owner.name).within(&owner.namespace);
-        let _ = self.wake.unbounded_send(owner_ref.clone());
-        if let Some(delay) = retry {
-            let wake = self.wake.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = wake.unbounded_send(owner_ref);
-            });
+            attempt.finish(applied, failure, Instant::now());
         }
+        let owner_ref = ObjectRef::<K>::new(&owner.name).within(&owner.namespace);
+        let _ = self.wake.unbounded_send(owner_ref);
     }
 }
 
@@ -525,26 +509,21 @@ mod tests {
             .iter()
             .map(|c| (c.name(), template_hash(&c.want)))
             .collect();
-        assert_eq!(a.finish(hashes, None, t0, 1.0), None);
+        a.finish(hashes, None, t0);
         // The cache has not shown them yet: nothing is applied twice.
         let later = t0 + Duration::from_secs(1);
         assert_eq!(a.decide(&wanted, later), Decision::Report(None));
         // A changed Service is applied, even while the old one is awaited.
         let changed = [change("r", 7000), change("r-replicas", 6379)];
         assert_eq!(a.decide(&changed, later), Decision::Start(vec!["r".into()]));
-        a.finish(Vec::new(), None, later, 1.0);
+        a.finish(Vec::new(), None, later);
         // Once the cache shows them, nothing is remembered.
         assert_eq!(a.decide(&[], later), Decision::Report(None));
         assert!(a.idle());
         // Never shown within AWAIT_CACHE (deleted meanwhile): applied again.
         let mut b = Attempt::default();
         b.decide(&wanted[..1], t0);
-        b.finish(
-            vec![("r".into(), template_hash(&wanted[0].want))],
-            None,
-            t0,
-            1.0,
-        );
+        b.finish(vec![("r".into(), template_hash(&wanted[0].want))], None, t0);
         assert_eq!(
             b.decide(&wanted[..1], t0 + AWAIT_CACHE),
             Decision::Start(vec!["r".into()])
@@ -552,36 +531,26 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_is_reported_and_retried_with_backoff_until_it_succeeds() {
+    fn a_refusal_is_reported_once_before_the_next_apply_and_stands_until_one_succeeds() {
         let t0 = Instant::now();
         let mut a = Attempt::default();
         let wanted = [change("r", 6379)];
         assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
-        assert_eq!(
-            a.finish(Vec::new(), Some(refused()), t0, 1.0),
-            Some(Duration::from_millis(500))
-        );
-        let soon = t0 + Duration::from_millis(100);
-        assert_eq!(a.decide(&wanted, soon), Decision::Report(Some(refused())));
-        let due = t0 + Duration::from_millis(500);
-        assert!(matches!(a.decide(&wanted, due), Decision::Start(_)));
-        // While the retry runs the refusal still stands.
-        assert_eq!(a.decide(&wanted, due), Decision::Report(Some(refused())));
-        assert_eq!(
-            a.finish(Vec::new(), Some(refused()), due, 1.0),
-            Some(Duration::from_secs(1)),
-            "the wait doubles"
-        );
-        let next = due + Duration::from_secs(1);
-        assert!(matches!(a.decide(&wanted, next), Decision::Start(_)));
-        a.finish(
-            vec![("r".into(), template_hash(&wanted[0].want))],
-            None,
-            next,
-            1.0,
-        );
-        assert_eq!(a.decide(&wanted, next), Decision::Report(None));
-        assert_eq!(a.failures, 0, "success resets the backoff");
+        a.finish(Vec::new(), Some(refused()), t0);
+        // The reconcile the task's end wakes reports the refusal and starts
+        // nothing: the next apply waits for the owner's backoff.
+        assert_eq!(a.decide(&wanted, t0), Decision::Report(Some(refused())));
+        // The reconcile after the backoff applies again, and while that
+        // runs the refusal still stands.
+        assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
+        assert_eq!(a.failure, Some(refused()));
+        assert_eq!(a.decide(&wanted, t0), Decision::Report(Some(refused())));
+        a.finish(Vec::new(), Some(refused()), t0);
+        assert_eq!(a.decide(&wanted, t0), Decision::Report(Some(refused())));
+        assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
+        a.finish(vec![("r".into(), template_hash(&wanted[0].want))], None, t0);
+        assert_eq!(a.decide(&wanted, t0), Decision::Report(None));
+        assert!(!a.unreported);
     }
 
     #[test]
@@ -589,7 +558,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Attempt::default();
         a.decide(&[change("r", 6379)], t0);
-        a.finish(Vec::new(), Some(refused()), t0, 1.0);
+        a.finish(Vec::new(), Some(refused()), t0);
         assert_eq!(a.decide(&[], t0), Decision::Report(None));
         assert!(a.idle());
     }
