@@ -479,6 +479,19 @@ impl Extras<Redis> for ReplicationExtras {
             requeue = requeue.max(SILENT_PERIOD);
         }
         let members = act::member_statuses(&round.members);
+        let condition =
+            crate::redis::simulated::replicated_condition(&pods, &members).unwrap_or(condition);
+        if crate::redis::simulated::newly_simulated(redis.status.as_ref(), &condition) {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    crate::redis::simulated::REASON,
+                    "Replicate",
+                    condition.2.clone(),
+                )
+                .await;
+        }
         Replication {
             primary: round.primary,
             members,

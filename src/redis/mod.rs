@@ -4,6 +4,7 @@
 
 pub mod hooks;
 pub mod replication;
+pub mod simulated;
 
 use std::collections::BTreeMap;
 
@@ -377,6 +378,8 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
         status: truth(all_ready && serving && services),
         reason: if !all_ready {
             "ReplicasNotReady"
+        } else if !serving && replicated.reason == simulated::REASON {
+            simulated::REASON
         } else if !serving {
             "NotReplicated"
         } else if !services {
