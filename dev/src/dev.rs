@@ -90,13 +90,14 @@ fn local_notice(why: &WhyLocal) -> String {
     };
     let real = match why {
         WhyLocal::Missing(_) => {
-            "podkeeper: for real containers, install what is missing (Debian packages; \
-             `.ci/run` installs them as root), then `cargo run -- dev` runs on kind"
+            "podkeeper: for real containers, provide what is missing (debootstrap, \
+             libseccomp-dev and pkg-config are Debian packages, which `.ci/run` installs; the \
+             first build runs as root), then `cargo run -- dev` runs on kind"
         }
         _ => {
             "podkeeper: for real containers, run `cargo run -- dev --kind` with a Docker engine \
              running (`.ci/docker-engine.sh` starts one, as root); plain `cargo run -- dev` \
-             does so whenever an engine answers"
+             does so whenever an engine answers and no cluster is configured"
         }
     };
     format!(
