@@ -21,9 +21,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the operator for development. With no cluster configured (or with
-    /// --local, --cluster-only or --kubeconfig) it first starts a local
-    /// control plane with kwok nodes and installs the CRDs.
+    /// Run the operator for development. With --local, --cluster-only,
+    /// --kubeconfig or --nodes, on a local control plane with kwok nodes
+    /// (simulated Pods: no container runs); else on the configured cluster
+    /// if there is one; else on kind (real containers, as --kind) where a
+    /// Docker engine answers, and on the local control plane where none
+    /// does.
     Dev(DevArgs),
     /// Benchmark convergence against the ReplicaSet controller and the API
     /// server's ceiling, on a local control plane (use a release build).
@@ -114,23 +117,30 @@ pub struct BenchArgs {
     pub head_to_head: bool,
 }
 
+/// kwok nodes of `dev`'s local cluster unless `--nodes` says.
+pub const DEFAULT_NODES: u32 = 3;
+
 #[derive(Debug, Args)]
 pub struct DevArgs {
-    /// Number of simulated (kwok) nodes in the local cluster.
-    #[arg(long, default_value_t = 3)]
-    pub nodes: u32,
+    /// Number of simulated (kwok) nodes in the local cluster (default 3);
+    /// implies the local cluster.
+    #[arg(long)]
+    pub nodes: Option<u32>,
     /// Write the local cluster's admin kubeconfig to this path.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Start the local cluster (and install the CRDs) without the operator.
     #[arg(long)]
     pub cluster_only: bool,
-    /// Start a local cluster even when a kubeconfig is configured.
+    /// Start a local cluster (kwok nodes, simulated Pods) even when a
+    /// kubeconfig is configured or a Docker engine answers.
     #[arg(long)]
     pub local: bool,
     /// Run the operator against a kind cluster with real containers
     /// (`podkeeper kind up`: built and created on first use, then kept)
-    /// instead of the local control plane.
+    /// instead of the local control plane, even where a cluster is
+    /// configured. Without a configured cluster, plain `dev` does so
+    /// whenever a Docker engine answers.
     #[arg(long, conflicts_with_all = ["local", "cluster_only", "nodes"])]
     pub kind: bool,
     /// With --kind: the kind cluster's name. `just e2e` deploys the

@@ -136,7 +136,9 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Desired", "Ready", "Primary", "Image", "Port", "Age"]
+            [
+                "Desired", "Ready", "Primary", "Status", "Image", "Port", "Age"
+            ]
         );
         let yaml = serde_yaml_ng::to_string(&crd).unwrap();
         assert!(yaml.contains("from 1234 to 54321"));

@@ -33,6 +33,7 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary.pod"),
+    printcolumn(name = "Status", type_ = "string", description = "The reason of the Ready condition: Replicated when serving; else why not (ReplicasNotReady, NotReplicated, Simulated, ...)", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
     printcolumn(name = "Port", type_ = "integer", json_path = ".spec.port"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),

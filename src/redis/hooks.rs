@@ -480,6 +480,8 @@ impl Extras<Redis> for ReplicationExtras {
             requeue = requeue.max(SILENT_PERIOD);
         }
         let members = act::member_statuses(&round.members);
+        let condition =
+            crate::redis::simulated::replicated_condition(&pods, &members).unwrap_or(condition);
         Replication {
             primary: round.primary,
             members,

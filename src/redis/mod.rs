@@ -8,6 +8,7 @@ pub mod pod;
 pub mod replication;
 pub mod rollout;
 pub mod services;
+pub mod simulated;
 pub mod status;
 
 use crate::api::{Redis, RedisStatus};

@@ -8,6 +8,7 @@ use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
 use crate::redis::pod::selector_string;
+use crate::redis::simulated;
 use crate::runtime::conditions::{self, Cond, truth};
 
 /// The status a Redis should show. Pure.
@@ -48,6 +49,8 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
         status: truth(all_ready && serving && services),
         reason: if !all_ready {
             "ReplicasNotReady"
+        } else if !serving && replicated.reason == simulated::REASON {
+            simulated::REASON
         } else if !serving {
             "NotReplicated"
         } else if !services {

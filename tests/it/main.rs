@@ -19,4 +19,5 @@ mod redis;
 mod redis_wiring;
 mod reliability;
 mod ship;
+mod simulated;
 mod transients;

@@ -141,11 +141,9 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
     } else {
         // Every Pod is Ready, but kwok runs no redis-server: nothing
         // answers, so no primary is chosen and Ready (a primary accepting
-        // writes, every replica linked) stays False, saying why.
-        assert_eq!(
-            condition(&r, "Ready"),
-            ("False".into(), "NotReplicated".into())
-        );
+        // writes, every replica linked) stays False, saying why: the Pods
+        // are simulated.
+        assert_eq!(condition(&r, "Ready"), ("False".into(), "Simulated".into()));
         assert_eq!(condition(&r, "Replicated").0, "False");
     }
     assert_eq!(
@@ -231,24 +229,30 @@ async fn kubectl_scale_and_wait_work_through_the_subresources() {
     assert_eq!(
         header,
         [
-            "NAME", "DESIRED", "READY", "PRIMARY", "IMAGE", "PORT", "AGE"
+            "NAME", "DESIRED", "READY", "PRIMARY", "STATUS", "IMAGE", "PORT", "AGE"
         ]
     );
     // PRIMARY names status.primary: no primary on kwok (the cell is empty,
-    // or `<none>`), the primary's Pod with real redis-server Pods.
-    let primary = env
-        .api::<Redis>()
-        .get("kc")
-        .await
-        .unwrap()
-        .primary_pod()
-        .map(str::to_string);
+    // or `<none>`), the primary's Pod with real redis-server Pods. STATUS
+    // is the Ready condition's reason: `Simulated` on kwok.
+    let kc = env.api::<Redis>().get("kc").await.unwrap();
+    let primary = kc.primary_pod().map(str::to_string);
+    let reason = kc
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone())
+        .unwrap();
+    if !crate::harness::real_containers() {
+        assert_eq!(reason, "Simulated");
+    }
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     let row: Vec<&str> = row.into_iter().filter(|c| *c != "<none>").collect();
     let default_image = image(podkeeper::api::redis::DEFAULT_IMAGE);
     let mut want = vec!["kc", "3", "3"];
     want.extend(primary.as_deref());
-    want.extend([default_image.as_str(), "6379"]);
+    want.extend([reason.as_str(), default_image.as_str(), "6379"]);
     assert_eq!(&row[..want.len()], want, "{out}");
     let (ok, out, _) = env.kubectl(&["explain", "redis.spec.port"]);
     assert!(ok && out.contains("1234 to 54321"), "{out}");

@@ -10,6 +10,8 @@
 //! - [`images`]: the cluster and workload images.
 //! - [`node_image`]: the node image.
 //! - [`cluster`]: the kind configuration, the cluster and its Pod network.
+//! - [`preflight`]: whether an engine answers and a first build can run,
+//!   for `dev`'s choice of cluster.
 
 pub mod cluster;
 pub mod command;
@@ -18,6 +20,7 @@ mod docker;
 mod hash;
 pub mod images;
 pub mod node_image;
+pub mod preflight;
 pub mod rootfs;
 pub mod tools;
 pub mod versions;

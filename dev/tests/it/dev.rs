@@ -193,3 +193,61 @@ pub async fn stop(mut dev: Guard, stdin: std::process::ChildStdin, log: &Path, t
         std::fs::read_to_string(log).unwrap_or_default()
     );
 }
+
+/// `dev --local` says at start, on stderr, that the local cluster's Pods
+/// are simulated and how to get real ones; once the cluster is up, stdout
+/// says it again beside the KUBECONFIG to use. (Plain `dev` goes to kind
+/// where a Docker engine answers; `--local` never does.)
+#[tokio::test]
+#[cfg_attr(
+    feature = "kind-e2e",
+    ignore = "local-only: it starts a local control plane of its own beside the kind cluster"
+)]
+async fn dev_local_says_at_start_that_its_pods_are_simulated_and_how_to_get_real_ones() {
+    let log = logs_dir().join(format!("dev-local-{}.log", std::process::id()));
+    let (dev, stdin, mut rx) = spawn_dev(
+        &[
+            "dev",
+            "--local",
+            "--cluster-only",
+            "--nodes",
+            "1",
+            "--exit-on-stdin-eof",
+        ],
+        None,
+        &log,
+    );
+    let notice = wait_for("the notice on stderr", TIMEOUT, || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("for real containers").then_some(text)
+    })
+    .await;
+    assert!(
+        notice.contains("podkeeper: starting the local control plane (--local given)")
+            && notice.contains("Pods are SIMULATED by kwok")
+            && notice.contains("no redis-server answers")
+            && notice.contains("`cargo run -- dev --kind` with a Docker engine")
+            && notice.contains(".ci/docker-engine.sh"),
+        "{notice}"
+    );
+    let mut printed = Vec::new();
+    while !printed.iter().any(|l: &String| l == "podkeeper: ready") {
+        let line = tokio::time::timeout(crate::harness::patience(TIMEOUT * 2), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("dev printed `ready`: {printed:?}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "dev exited; stdout: {printed:?}; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        printed.push(line);
+    }
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("podkeeper: its Pods are simulated")),
+        "{printed:?}"
+    );
+    stop(dev, stdin, &log, TIMEOUT).await;
+}
