@@ -1,17 +1,25 @@
 #![forbid(unsafe_code)]
 //! podkeeper: a finalizer-driven operator that manages bare Pods for `Redis`
-//! and `Application` resources.
+//! and `Application` resources. Floors, top to bottom; nothing imports
+//! upward:
 //!
-//! - [`crd`]: the resource types.
-//! - [`engine`]: the Pod engine (pure planner, ranking, expectations,
-//!   executor) shared by every kind.
-//! - [`controller`]: the reconcilers, one per kind.
-//! - [`operator`]: wiring the controllers to a cluster.
-//! - [`replication`]: Redis primary/replica roles, failover and switchover
-//!   (not wired into the controller yet).
+//! - [`operator`]: wiring: one Pod watch, one Service watch, the two
+//!   controllers, leader election ([`leader`]), probes and metrics
+//!   ([`http`], [`metrics`]), logs ([`telemetry`]); [`cli`]: the flags.
+//! - [`redis`] and [`application`]: the two kinds, each a thin adapter of
+//!   pure parts (desired Pods, Services, status) and hooks for its own I/O
+//!   (Redis: replication, with its client, topology and actions).
+//! - [`runtime`]: plumbing that knows no kind: the context, the error and
+//!   its metric labels, the one backoff, paced status writes, Events,
+//!   conditions, the Service applier.
+//! - [`podset`]: the generic bare-Pod engine: the one reconcile that owns
+//!   the order of operations, the pure planner, the executor.
+//! - [`api`]: the CRD types and every label, annotation, finalizer and
+//!   field-manager name.
 //!
 //! The dev tools (local control plane, kind, `dev`, benchmarks) live in the
-//! `podkeeper-dev` crate beside this one.
+//! `podkeeper-dev` crate beside this one, which depends on this library and
+//! never the other way round.
 
 pub mod api;
 pub mod application;

@@ -3,7 +3,6 @@
 pub mod application;
 pub mod names;
 pub mod redis;
-pub mod replication;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -7,8 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-pub use crate::api::replication::{AuthSpec, FailoverSpec, MemberStatus, PrimaryStatus};
-
 /// Longest Redis name: Pods are named `<name>-<5 characters>` and must stay
 /// valid DNS labels (63 characters), usable as host names.
 pub const MAX_NAME_LENGTH: usize = 57;
@@ -196,6 +194,94 @@ pub struct RedisStatus {
     pub members: Vec<MemberStatus>,
 }
 
+// Replication: auth, failover, and what the status says of the members.
+
+/// The type of the condition that says whether replication is complete.
+pub const REPLICATED_CONDITION: &str = "Replicated";
+
+/// The Service that selects the primary (read-write).
+pub fn primary_service_name(redis: &str) -> String {
+    redis.to_string()
+}
+
+/// The Service that selects the ready replicas (read-only).
+pub fn replicas_service_name(redis: &str) -> String {
+    format!("{redis}-replicas")
+}
+
+/// `spec.auth`: a key of a Secret in the Redis' namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Name of the Secret.
+    pub secret_name: String,
+    /// Key in the Secret whose value is the password.
+    #[serde(default = "default_auth_key")]
+    pub key: String,
+}
+
+fn default_auth_key() -> String {
+    "password".to_string()
+}
+
+/// `spec.failover`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// Seconds the primary may be unreachable before a replica is promoted.
+    /// A primary whose Pod is gone, whose process restarted empty, or whose
+    /// container the kubelet reports not running, is replaced at once.
+    #[serde(default = "default_after_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub after_seconds: u32,
+    /// Longest write pause of a planned switchover (`FAILOVER ... TIMEOUT`);
+    /// past it the switchover aborts and the primary stays.
+    #[serde(default = "default_switchover_timeout")]
+    #[schemars(range(min = 1, max = 600))]
+    pub switchover_timeout_seconds: u32,
+}
+
+impl Default for FailoverSpec {
+    fn default() -> Self {
+        FailoverSpec {
+            after_seconds: default_after_seconds(),
+            switchover_timeout_seconds: default_switchover_timeout(),
+        }
+    }
+}
+
+fn default_after_seconds() -> u32 {
+    5
+}
+fn default_switchover_timeout() -> u32 {
+    10
+}
+
+/// `status.primary`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrimaryStatus {
+    /// The primary's Pod.
+    pub pod: String,
+    /// The `run_id` of its redis-server process when it was chosen; a
+    /// different run_id means the process restarted and lost its data.
+    pub run_id: String,
+}
+
+/// One entry of `status.members`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub pod: String,
+    /// `primary`, `replica`, or `unknown` when the Pod does not answer.
+    pub role: String,
+    /// Replicas: `up`, `down` or `syncing`; the primary: `primary`;
+    /// `unreachable` when the Pod does not answer. (No replication offsets:
+    /// an idle primary's moves 14 bytes every 10 s, and a status that
+    /// carried it was rewritten on every resync of every Redis.)
+    pub link_status: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +317,25 @@ mod tests {
             !redis("True", 3, 3, 1).settled_with(3),
             "an older generation"
         );
+    }
+
+    #[test]
+    fn replication_fields_default_and_serialize_in_camel_case() {
+        let auth: AuthSpec =
+            serde_json::from_value(serde_json::json!({"secretName": "s"})).unwrap();
+        assert_eq!(auth.key, "password");
+        let failover = FailoverSpec::default();
+        assert_eq!(failover.after_seconds, 5);
+        assert_eq!(failover.switchover_timeout_seconds, 10);
+        let primary = PrimaryStatus {
+            pod: "r-abcde".into(),
+            run_id: "x".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&primary).unwrap(),
+            serde_json::json!({"pod": "r-abcde", "runId": "x"})
+        );
+        assert_eq!(replicas_service_name("r"), "r-replicas");
+        assert_eq!(primary_service_name("r"), "r");
     }
 }

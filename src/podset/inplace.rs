@@ -4,7 +4,7 @@
 //!
 //! Every Pod carries, besides its template hash, two more hashes of its
 //! template: one with the containers' images left out and one with their
-//! images and resources left out ([`stamp_keys`]). An outdated Pod whose
+//! images and resources left out ([`crate::podset::revision::stamp_keys`]). An outdated Pod whose
 //! first hash equals the current template's differs from it only in
 //! container images: patching the images updates it. One whose second hash
 //! equals the current template's differs only in images and resources: the

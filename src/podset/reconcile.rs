@@ -20,7 +20,7 @@
 //!    creates or deletes the watch has yet to show (the reconcile their
 //!    events start writes it);
 //! 7. the requeue: a failed step (create, delete, extras, status write) is
-//!    an error, retried with per-object backoff ([`crate::runtime::backoff_delay`])
+//!    an error, retried with per-object backoff ([`crate::runtime::backoff::backoff_delay`])
 //!    until it succeeds; otherwise when the plan says to look again.
 
 use std::collections::HashMap;

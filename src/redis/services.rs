@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
-use crate::api::replication::{primary_service_name, replicas_service_name};
+use crate::api::redis::{primary_service_name, replicas_service_name};
 use crate::podset::executor::Owner;
 use crate::redis::pod::selector_labels;
 

@@ -78,7 +78,6 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    
 
     fn pod(name: &str, phase: &str, simulated: Option<&str>) -> Arc<Pod> {
         Arc::new(Pod {

@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use crate::api::replication::REPLICATED_CONDITION;
+use crate::api::redis::REPLICATED_CONDITION;
 use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;

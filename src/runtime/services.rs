@@ -134,7 +134,7 @@ pub async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<Deleted
 
 /// Cleanup's first step, for every kind with Services: deletes the owner's
 /// Services (`live`, as the cache has them) all at once (logged; no Event,
-/// see [`Context::delete_all_pods`]). `Ok(true)` once none is left, as the
+/// as no Pod delete of a cleanup writes one). `Ok(true)` once none is left, as the
 /// deletes answered, so the Pods go in the same reconcile; `Ok(false)`
 /// while one stays on a finalizer. A refused delete is a `FailedService`
 /// failure, retried with backoff.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::replication::{MemberStatus, PrimaryStatus};
+use crate::api::redis::{MemberStatus, PrimaryStatus};
 use crate::redis::replication::client::{self, Access, Node};
 use crate::redis::replication::error::{ActionError, ClientError};
 use crate::redis::replication::info::Role;
@@ -372,23 +372,6 @@ pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static s
     }
 }
 
-/// The `podkeeper.dev/role` label value of each member: `primary` for the
-/// plan's primary, `replica` for the others (so the primary Service follows
-/// the plan, and a fenced old primary leaves it at once).
-pub fn role_labels(plan: &Plan, members: &[Member]) -> Vec<(String, &'static str)> {
-    members
-        .iter()
-        .map(|m| {
-            let role = if plan.primary.as_deref() == Some(m.pod.as_str()) {
-                Role::Primary
-            } else {
-                Role::Replica
-            };
-            (m.pod.clone(), role.as_str())
-        })
-        .collect()
-}
-
 /// One observe-plan-execute round, as a reconcile runs it.
 pub struct Round {
     pub members: Vec<Member>,
@@ -541,19 +524,6 @@ mod tests {
                 ("b", "replica", "up"),
                 ("c", "replica", "syncing"),
                 ("d", "unknown", "unreachable"),
-            ]
-        );
-        let plan = Plan {
-            primary: Some("a".into()),
-            ..promote_plan()
-        };
-        assert_eq!(
-            role_labels(&plan, &members),
-            [
-                ("c".to_string(), "replica"),
-                ("a".to_string(), "primary"),
-                ("b".to_string(), "replica"),
-                ("d".to_string(), "replica"),
             ]
         );
     }

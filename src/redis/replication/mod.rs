@@ -6,12 +6,12 @@
 //! - [`client`]: one connection per Pod (IP and port), with timeouts and an
 //!   optional password.
 //! - [`topology`]: the pure planner: who is primary, whom to promote, whom
-//!   to repoint or fence, when to switch over, which Pods scale-down may take.
+//!   to repoint or fence, when to switch over.
 //! - [`act`]: observing every member concurrently, executing a plan, and
 //!   what to record in status.
 //! - [`config`]: validating `spec.config` and rendering redis-server's
 //!   arguments.
-//! - [`api`]: the proposed CRD fields, as plain Rust types.
+//! - the CRD fields it serves are in [`crate::api::redis`].
 //! - [`objects`]: the Services, role label patch, password variable and
 //!   spreading constraints, built from plain values.
 //!

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector};
 
 use crate::api::names::ROLE_LABEL;
-use crate::api::replication::AuthSpec;
+use crate::api::redis::AuthSpec;
 use crate::redis::replication::config::PASSWORD_ENV;
 
 /// A merge patch that sets a Pod's role label.

@@ -524,24 +524,5 @@ pub fn plan(
     }
 }
 
-/// Which Pods to remove when there are `excess` too many. `ranked` is in
-/// the engine's deletion order (first goes first). The primary is never
-/// picked unless every other Pod goes too (scaling to zero).
-pub fn scale_down_victims(ranked: &[String], excess: usize, primary: Option<&str>) -> Vec<String> {
-    let mut victims: Vec<String> = ranked
-        .iter()
-        .filter(|p| Some(p.as_str()) != primary)
-        .take(excess)
-        .cloned()
-        .collect();
-    if victims.len() < excess
-        && let Some(p) = primary
-        && ranked.iter().any(|r| r == p)
-    {
-        victims.push(p.to_string());
-    }
-    victims
-}
-
 #[cfg(test)]
 mod tests;

@@ -571,20 +571,6 @@ fn no_members_no_plan() {
     assert!(p.actions.is_empty());
 }
 
-#[test]
-fn scale_down_never_picks_the_primary() {
-    let ranked: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
-    assert_eq!(scale_down_victims(&ranked, 2, Some("a")), ["b", "c"]);
-    assert_eq!(scale_down_victims(&ranked, 3, Some("b")), ["a", "c", "d"]);
-    assert_eq!(scale_down_victims(&ranked, 2, None), ["a", "b"]);
-    assert_eq!(
-        scale_down_victims(&ranked, 4, Some("a")),
-        ["b", "c", "d", "a"],
-        "the primary goes last, only when every Pod goes"
-    );
-    assert!(scale_down_victims(&ranked, 0, Some("a")).is_empty());
-}
-
 // ---- properties over arbitrary observations ----
 
 #[derive(Clone, Debug)]
@@ -714,28 +700,6 @@ proptest! {
         // The engine may touch every Pod but the primary.
         if let Some(pp) = &p.primary {
             prop_assert!(!p.may_touch(pp));
-        }
-    }
-}
-
-proptest! {
-    #[test]
-    fn scale_down_takes_the_first_non_primaries_in_the_engine_order(
-        n in 0usize..8, excess in 0usize..10, primary in prop::option::of(0usize..8),
-    ) {
-        let ranked: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
-        let primary = primary.map(|i| format!("p{i}"));
-        let victims = scale_down_victims(&ranked, excess, primary.as_deref());
-        prop_assert_eq!(victims.len(), excess.min(n));
-        let others: Vec<&String> = ranked.iter().filter(|p| Some(*p) != primary.as_ref()).collect();
-        if let Some(p) = &primary && victims.contains(p) {
-            prop_assert!(excess > others.len(), "the primary only goes with everyone else");
-            prop_assert_eq!(victims.last(), Some(p));
-        }
-        for (v, o) in victims.iter().zip(others) {
-            if Some(v) != primary.as_ref() {
-                prop_assert_eq!(v, o);
-            }
         }
     }
 }
