@@ -27,7 +27,7 @@ use crate::podset::reconcile::Extras;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
-use crate::redis::rollout::{spare_primary, spare_primary_in_place};
+use crate::redis::rollout;
 use crate::redis::services::{desired_services, service_names};
 use crate::runtime::events::EventType;
 use crate::runtime::service_applier::ServiceApplier;
@@ -346,23 +346,10 @@ impl Extras<Redis> for ReplicationExtras {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
             });
-        // The recorded primary is never deleted nor updated in place by the
-        // engine: another Pod goes instead, or it is handed over first.
-        let spare = |plan: &mut Plan, pod: &str| {
-            let deleted = spare_primary(plan, observed, pod, &desired.revision);
-            let updated = spare_primary_in_place(plan, observed, pod, desired);
-            deleted || updated
-        };
-        let held_back = recorded.as_ref().is_some_and(|r| spare(plan, &r.pod));
-        let mut retiring: Vec<String> = plan
-            .delete
-            .iter()
-            .map(|v| v.name.clone())
-            .chain(plan.in_place.iter().map(|u| u.name.clone()))
-            .collect();
-        if held_back && let Some(r) = &recorded {
-            retiring.push(r.pod.clone());
-        }
+        // Redis's order of a rollout (`rollout.rs`): replicas first, the
+        // primary handed over, then the old primary.
+        let recorded_pod = recorded.as_ref().map(|r| r.pod.clone());
+        let retiring = rollout::before_round(plan, observed, desired, recorded_pod.as_deref());
         let pods = ctx.pods.owned(&owner.namespace, &owner.reference.uid);
         let password = match password(redis, ctx, owner).await {
             Ok(p) => p,
@@ -409,26 +396,15 @@ impl Extras<Redis> for ReplicationExtras {
         )
         .await;
 
-        // A new primary (a failover) is kept out of the deletions too; while
-        // a FAILOVER is under way, nothing is deleted.
         let primary = round.primary.as_ref().map(|p| p.pod.clone());
-        if let Some(p) = &primary
-            && recorded.as_ref().is_none_or(|r| &r.pod != p)
-        {
-            spare(plan, p);
-        }
-        if matches!(round.plan.waiting, Some(Waiting::SwitchoverInProgress)) {
-            plan.delete.clear();
-            plan.in_place.clear();
-        }
-        if redis.spec.replicas > 0
-            && let Some(p) = &primary
-        {
-            plan.delete.retain(|v| &v.name != p);
-        }
-        if let Some(p) = &primary {
-            plan.in_place.retain(|u| &u.name != p);
-        }
+        rollout::after_round(
+            plan,
+            observed,
+            desired,
+            recorded_pod.as_deref(),
+            primary.as_deref(),
+            matches!(round.plan.waiting, Some(Waiting::SwitchoverInProgress)),
+        );
 
         for a in &round.outcome.done {
             let note = match a {

@@ -285,6 +285,51 @@ mod tests {
         assert_eq!(p.delete.len(), 3);
     }
 
+    /// The order as the hooks carry it out: replicas first, the primary
+    /// held back and named retiring (for its handover), a new primary after
+    /// a failover kept too, nothing deleted while a switchover runs.
+    #[test]
+    fn before_and_after_the_round_the_primary_goes_last() {
+        let now = Timestamp::from_second(10_000).unwrap();
+        let d = Desired {
+            replicas: 3,
+            revision: "h2".into(),
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+            in_place: None,
+        };
+        let pods = vec![
+            observed("old-a", "h1", true, 30),
+            observed("new-1", "h2", true, 1),
+            observed("new-2", "h2", true, 1),
+            observed("new-3", "h2", true, 1),
+        ];
+        // The recorded primary is the last old Pod: held back, retiring.
+        let mut p = plan(&d, &pods, now);
+        assert_eq!(victims(&p), [("old-a", DeleteReason::Outdated)]);
+        let retiring = before_round(&mut p, &pods, &d, Some("old-a"));
+        assert!(p.delete.is_empty());
+        assert_eq!(retiring, ["old-a"]);
+        // The round switches over: nothing goes while it runs.
+        let mut p = plan(&d, &pods, now);
+        after_round(&mut p, &pods, &d, Some("old-a"), Some("old-a"), true);
+        assert!(p.delete.is_empty() && p.in_place.is_empty());
+        // Handed over to new-1: the old primary, now a replica, goes.
+        let mut p = plan(&d, &pods, now);
+        after_round(&mut p, &pods, &d, Some("old-a"), Some("new-1"), false);
+        assert_eq!(victims(&p), [("old-a", DeleteReason::Outdated)]);
+        // Whatever the engine planned, the round's primary is never deleted
+        // unless the Redis scales to zero.
+        let zero = Desired {
+            replicas: 0,
+            ..d.clone()
+        };
+        let mut p = plan(&zero, &pods, now);
+        after_round(&mut p, &pods, &zero, None, Some("new-1"), false);
+        assert_eq!(p.delete.len(), 4);
+    }
+
     #[test]
     fn rollout_replaces_replicas_first_and_holds_the_primary_back_last() {
         let now = Timestamp::from_second(10_000).unwrap();

@@ -1,6 +1,21 @@
-//! Redis's own order of a rollout, as edits of the engine's plan: the
-//! replicas go first, then the primary is handed over (a switchover, in
-//! [`crate::redis::hooks`]), and only then does the old primary go. Pure.
+//! Redis's own order of a rollout (or scale-down, or deletion of members),
+//! stated and owned here, as pure edits of the engine's plan around the
+//! replication round that [`crate::redis::hooks`] carries out:
+//!
+//! 1. **Replicas first.** Before the round ([`before_round`]), the recorded
+//!    primary is kept out of the engine's deletions and in-place updates;
+//!    another outdated Pod goes in its place ([`spare_primary`],
+//!    [`spare_primary_in_place`]).
+//! 2. **Then the switchover.** When the primary is the one Pod left to go,
+//!    it is held back and named *retiring*: the round hands its role over
+//!    (`FAILOVER TO` a caught-up replica) before anything else happens to it.
+//! 3. **Then the old primary goes.** After the round ([`after_round`]), the
+//!    round's primary (the same, or a new one after a failover) is kept out
+//!    of the plan; while a `FAILOVER` is under way nothing is deleted or
+//!    updated. Once the old primary is a replica, the next reconcile's plan
+//!    takes it like any other.
+//!
+//! Scaling to zero deletes the primary with the others.
 
 use crate::podset::ObservedPod;
 use crate::podset::plan::{DeleteReason, Desired, Plan, Update, victim};
@@ -95,4 +110,64 @@ pub fn spare_primary_in_place(
             true
         }
     }
+}
+
+/// Step 1 and 2: spares the recorded primary (`recorded`) and returns the
+/// Pods about to leave (deleted, updated in place, and the primary when it
+/// is held back for its handover): the round never chooses them as primary
+/// and hands the role over from them. Pure.
+pub fn before_round(
+    plan: &mut Plan,
+    observed: &[ObservedPod],
+    desired: &Desired,
+    recorded: Option<&str>,
+) -> Vec<String> {
+    let held_back = recorded.is_some_and(|pod| spare(plan, observed, desired, pod));
+    let mut retiring: Vec<String> = plan
+        .delete
+        .iter()
+        .map(|v| v.name.clone())
+        .chain(plan.in_place.iter().map(|u| u.name.clone()))
+        .collect();
+    if held_back && let Some(pod) = recorded {
+        retiring.push(pod.to_string());
+    }
+    retiring
+}
+
+/// Step 3: keeps the round's `primary` out of the plan (spared like the
+/// recorded one when it is new, after a failover), and empties the plan
+/// while a switchover is under way. The primary is never deleted unless
+/// the Redis scales to zero. Pure.
+pub fn after_round(
+    plan: &mut Plan,
+    observed: &[ObservedPod],
+    desired: &Desired,
+    recorded: Option<&str>,
+    primary: Option<&str>,
+    switching_over: bool,
+) {
+    if let Some(p) = primary
+        && recorded != Some(p)
+    {
+        spare(plan, observed, desired, p);
+    }
+    if switching_over {
+        plan.delete.clear();
+        plan.in_place.clear();
+    }
+    if let Some(p) = primary {
+        if desired.replicas > 0 {
+            plan.delete.retain(|v| v.name != p);
+        }
+        plan.in_place.retain(|u| u.name != p);
+    }
+}
+
+/// Keeps `pod` out of the engine's deletions and in-place updates; `true`
+/// when it is held back (the one left to go).
+fn spare(plan: &mut Plan, observed: &[ObservedPod], desired: &Desired, pod: &str) -> bool {
+    let deleted = spare_primary(plan, observed, pod, &desired.revision);
+    let updated = spare_primary_in_place(plan, observed, pod, desired);
+    deleted || updated
 }
