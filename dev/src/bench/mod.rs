@@ -121,6 +121,8 @@ impl OperatorProcess {
                 "0",
             ])
             .env("KUBECONFIG", kubeconfig.path())
+            // As manifests/manager/deployment.yaml runs it.
+            .env("MIMALLOC_PURGE_DELAY", "0")
             .env_remove("WATCH_NAMESPACE")
             // PODKEEPER_BENCH_OPERATOR_LOG sets the operator's RUST_LOG (say
             // `warn,podkeeper=debug` for each reconcile's timings in
