@@ -192,6 +192,18 @@ mod tests {
         p
     }
 
+    /// Redis's rollout of `replicas` Pods to `revision`, not in place.
+    fn rolling(replicas: i32, revision: &str) -> Desired {
+        Desired {
+            replicas,
+            revision: revision.into(),
+            strategy: ROLLOUT,
+            min_ready_seconds: 0,
+            paused: false,
+            in_place: None,
+        }
+    }
+
     fn victims(p: &Plan) -> Vec<(&str, DeleteReason)> {
         p.delete
             .iter()
@@ -255,14 +267,7 @@ mod tests {
             .enumerate()
             .map(|(i, n)| observed(n, "h1", true, i as i64))
             .collect();
-        let d = Desired {
-            replicas: 1,
-            revision: "h1".into(),
-            strategy: ROLLOUT,
-            min_ready_seconds: 0,
-            paused: false,
-            in_place: None,
-        };
+        let d = rolling(1, "h1");
         let now = Timestamp::from_second(10_000).unwrap();
         for primary in ["a", "b", "c"] {
             let mut p = plan(&d, &pods, now);
@@ -291,14 +296,7 @@ mod tests {
     #[test]
     fn before_and_after_the_round_the_primary_goes_last() {
         let now = Timestamp::from_second(10_000).unwrap();
-        let d = Desired {
-            replicas: 3,
-            revision: "h2".into(),
-            strategy: ROLLOUT,
-            min_ready_seconds: 0,
-            paused: false,
-            in_place: None,
-        };
+        let d = rolling(3, "h2");
         let pods = vec![
             observed("old-a", "h1", true, 30),
             observed("new-1", "h2", true, 1),
@@ -333,14 +331,7 @@ mod tests {
     #[test]
     fn rollout_replaces_replicas_first_and_holds_the_primary_back_last() {
         let now = Timestamp::from_second(10_000).unwrap();
-        let d = Desired {
-            replicas: 3,
-            revision: "h2".into(),
-            strategy: ROLLOUT,
-            min_ready_seconds: 0,
-            paused: false,
-            in_place: None,
-        };
+        let d = rolling(3, "h2");
         // One new Pod is Ready: one old Pod may go; the engine's order may
         // pick the primary, but a replica goes instead.
         let mut pods = vec![
