@@ -137,7 +137,7 @@ pub struct DevArgs {
     #[arg(long)]
     pub local: bool,
     /// Run the operator against a kind cluster with real containers
-    /// (`podkeeper kind up`: built and created on first use, then kept)
+    /// (`podkeeper-dev kind up`: built and created on first use, then kept)
     /// instead of the local control plane, even where a cluster is
     /// configured. Without a configured cluster, plain `dev` does so
     /// whenever a Docker engine answers.

@@ -1,4 +1,4 @@
-//! `podkeeper dev`: the operator for development. With no cluster
+//! `podkeeper-dev dev`: the operator for development. With no cluster
 //! configured and no flag that says which: on kind (real containers) where
 //! a Docker engine answers, else on the local control plane, whose Pods
 //! kwok simulates, which `dev` says at start.

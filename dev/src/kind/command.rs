@@ -1,4 +1,4 @@
-//! `podkeeper kind ...`: the blocking builds run off the async runtime.
+//! `podkeeper-dev kind ...`: the blocking builds run off the async runtime.
 
 use crate::cli::KindCommand;
 

@@ -1,4 +1,4 @@
-//! `podkeeper dev --kind`: the operator, run here, against a kind cluster
+//! `podkeeper-dev dev --kind`: the operator, run here, against a kind cluster
 //! whose Pods are real containers (created on first use and kept, so the
 //! next start takes seconds).
 
@@ -52,7 +52,7 @@ pub async fn run(
     );
     println!("  kubectl apply -f samples/redis-kind.yaml");
     println!(
-        "podkeeper: the cluster stays after Ctrl-C; `podkeeper kind down --name {name}` deletes it"
+        "podkeeper: the cluster stays after Ctrl-C; `cargo run -- kind down --name {name}` (podkeeper-dev) deletes it"
     );
     println!("podkeeper: ready");
     let mut operator_args = args.operator.with_dev_defaults();
@@ -80,7 +80,7 @@ async fn refuse_beside_a_deployed_operator(
         Some(n) if n > 0 => Err(crate::Error::Other(format!(
             "kind cluster `{cluster}` runs the deployed operator (Deployment {namespace}/{name}, \
              {n} replicas, from `just e2e` or `just deploy`); a second operator would reconcile \
-             the same objects. Use a cluster of its own (`podkeeper dev --kind --kind-name \
+             the same objects. Use a cluster of its own (`cargo run -- dev --kind --kind-name \
              podkeeper-dev`), or remove the deployed one first (`just undeploy`, or scale it to 0)"
         ))),
         _ => Ok(()),

@@ -1,7 +1,7 @@
 //! kind on machines that cannot pull images: the kind binary, a node image
 //! and every image a cluster needs, built from Go modules and Debian's
-//! packages, cached by version; and the cluster itself (`podkeeper kind up`,
-//! used by `just e2e` and `podkeeper dev --kind`).
+//! packages, cached by version; and the cluster itself (`podkeeper-dev kind up`,
+//! used by `just e2e` and `podkeeper-dev dev --kind`).
 //!
 //! - [`versions`]: what is built, pinned in one place.
 //! - [`tools`]: the Go builds (kind, containerd, runc, crictl, CNI plugins,

@@ -1,6 +1,6 @@
 //! The one place that pins what the kind node image and the cluster images
 //! are built from. Kubernetes and etcd come from the local control plane's
-//! pins, so kind runs the same releases as `podkeeper dev` and the tests.
+//! pins, so kind runs the same releases as `podkeeper-dev dev` and the tests.
 //!
 //! Changing a version here changes the cache keys and the node image's tag.
 
@@ -34,7 +34,7 @@ pub const REDIS_IMAGE: &str = "podkeeper.dev/redis:7.0.15-debian";
 pub const HTTPD_IMAGE: &str = "podkeeper.dev/httpd:busybox-debian";
 
 /// Further images with the same contents as those two (one label more), for
-/// tests that roll out from one image to another. `podkeeper kind up`
+/// tests that roll out from one image to another. `podkeeper-dev kind up`
 /// builds and loads them all.
 pub const REDIS_ROLLOUT_IMAGES: [&str; 3] = [
     "podkeeper.dev/redis:7.0.15-debian-rollout-2",

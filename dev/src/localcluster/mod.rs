@@ -4,7 +4,7 @@
 //! from Go modules ([`binaries`]) and started as child processes bound to
 //! 127.0.0.1 on free ports ([`cluster`]); kwok simulates the nodes, so Pods
 //! are scheduled by the real scheduler and become Running and Ready. It is
-//! what `podkeeper dev` and the integration tests run against.
+//! what `podkeeper-dev dev` and the integration tests run against.
 
 pub mod binaries;
 mod cluster;
