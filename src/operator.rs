@@ -432,17 +432,14 @@ fn route_service(
     let Some(namespace) = service.metadata.namespace.as_deref() else {
         return;
     };
-    let owner = service.owner_references().iter().find(|r| {
-        r.controller == Some(true) && r.api_version.split('/').next() == Some(crate::api::GROUP)
-    });
-    match owner.map(|r| (r.kind.as_str(), r.name.as_str())) {
+    match pod_watch::podkeeper_owner(&service.metadata) {
         Some(("Redis", name)) => {
             let _ = redis.unbounded_send(ObjectRef::new(name).within(namespace));
         }
-        Some(("Application", name)) => {
+        Some((_, name)) => {
             let _ = application.unbounded_send(ObjectRef::new(name).within(namespace));
         }
-        _ => {}
+        None => {}
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -212,6 +213,26 @@ fn plain_pods(event: watcher::Event<LeanPod>) -> watcher::Event<Pod> {
     }
 }
 
+/// The kind (`Redis` or `Application`) and name of an object's controller
+/// owner, when that is a podkeeper object: whose reconcile a change of the
+/// object (a Pod, a Service) asks for.
+pub fn podkeeper_owner(meta: &ObjectMeta) -> Option<(&'static str, &str)> {
+    let owner = meta
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    if owner.api_version.split('/').next() != Some(GROUP) {
+        return None;
+    }
+    let kind = match owner.kind.as_str() {
+        "Redis" => "Redis",
+        "Application" => "Application",
+        _ => return None,
+    };
+    Some((kind, owner.name.as_str()))
+}
+
 /// What routing needs of one Pod event: the Pod and its podkeeper owner.
 struct Sighting {
     kind: &'static str,
@@ -227,23 +248,11 @@ struct Sighting {
 impl Sighting {
     fn of(pod: &Pod, deleted: bool) -> Option<Self> {
         let meta = pod.meta();
-        let owner = meta
-            .owner_references
-            .as_ref()?
-            .iter()
-            .find(|r| r.controller == Some(true))?;
-        if owner.api_version.split('/').next() != Some(GROUP) {
-            return None;
-        }
-        let kind = match owner.kind.as_str() {
-            "Redis" => "Redis",
-            "Application" => "Application",
-            _ => return None,
-        };
+        let (kind, owner) = podkeeper_owner(meta)?;
         Some(Sighting {
             kind,
             namespace: meta.namespace.clone()?,
-            owner: owner.name.clone(),
+            owner: owner.to_string(),
             name: meta.name.clone()?,
             uid: meta.uid.clone()?,
             gone: deleted || meta.deletion_timestamp.is_some(),

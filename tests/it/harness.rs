@@ -491,7 +491,9 @@ pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) 
             // a command that succeeded answers with its stdout alone.
             return (true, stdout);
         }
-        if container_restarting(&stderr) && Instant::now() < restarted_by {
+        if podkeeper_dev::bench::redis::session::container_restarting(&stderr)
+            && Instant::now() < restarted_by
+        {
             std::thread::sleep(Duration::from_secs(1));
             continue;
         }
@@ -500,21 +502,6 @@ pub fn exec_in(kubeconfig: &Path, namespace: &str, pod: &str, command: &[&str]) 
             return (false, format!("{stdout}{stderr}"));
         }
     }
-}
-
-/// Whether `kubectl exec` failed because the container is not running: it
-/// died or failed to start (`runc create failed: ... unable to freeze` on a
-/// loaded machine) and the kubelet has not started it again yet. The
-/// kubelet says "container not found", containerd "CONTAINER_EXITED" or
-/// "cannot exec in a stopped state".
-fn container_restarting(stderr: &str) -> bool {
-    [
-        "container not found",
-        "CONTAINER_EXITED",
-        "cannot exec in a stopped state",
-    ]
-    .iter()
-    .any(|s| stderr.contains(s))
 }
 
 /// On a cluster that outlives the test binary (kind), a test that passed

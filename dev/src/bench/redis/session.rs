@@ -44,7 +44,7 @@ pub fn load_average() -> String {
 /// died or failed to start and the kubelet has not started it again yet.
 /// The kubelet says "container not found", containerd "CONTAINER_EXITED"
 /// or "cannot exec in a stopped state".
-fn container_restarting(stderr: &str) -> bool {
+pub fn container_restarting(stderr: &str) -> bool {
     [
         "container not found",
         "CONTAINER_EXITED",
