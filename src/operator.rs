@@ -21,14 +21,15 @@ use crate::cli::{RedisConnect, RunArgs};
 use crate::http::{self, Readiness};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::podset::Context;
 use crate::podset::executor::Executor;
 use crate::podset::expectations::Expectations;
 use crate::podset::reconcile::{self as podset, Ctx};
 use crate::podset::watch as pod_watch;
 use crate::redis::hooks::ReplicationExtras;
+use crate::runtime;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::service_applier::ServiceApplier;
-use crate::runtime::{self, Context};
 
 /// `podkeeper run`: the usual kubeconfig resolution, stopped by SIGINT or
 /// SIGTERM.
@@ -250,7 +251,8 @@ pub async fn run(
         Context::new(client.clone(), executor.clone(), pods.clone()),
         ReplicationExtras::new(
             ServiceApplier::new(
-                executor.clone(),
+                client.clone(),
+                executor.recorder.clone(),
                 services.clone(),
                 redis_wake,
                 args.concurrent_reconciles.into(),
@@ -456,7 +458,13 @@ fn application_context(
         controller: crate::application::CONTROLLER,
         ..executor
     };
-    let applier = ServiceApplier::new(executor.clone(), services, wake, in_flight);
+    let applier = ServiceApplier::new(
+        client.clone(),
+        executor.recorder.clone(),
+        services,
+        wake,
+        in_flight,
+    );
     Ctx::<Application>::new(
         Context::new(client.clone(), executor, pods),
         ServiceExtras { applier },

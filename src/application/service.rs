@@ -11,15 +11,17 @@ use kube::Api;
 use crate::api::Application;
 use crate::api::names::{APPLIED_HASH_ANNOTATION, INSTANCE_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::podset::executor::{Failure, Owner, api_message};
+use crate::podset::Context;
 use crate::podset::reconcile::Extras;
-use crate::podset::revision::template_hash;
+use crate::runtime::Error;
 use crate::runtime::events::EventType;
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::hash::template_hash;
+use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{
     cleanup_services, delete_service, failure, owned_named, owned_services,
 };
-use crate::runtime::{Context, Error};
 
 /// The Application's Service, applied beside the reconcile.
 pub struct ServiceExtras {
@@ -139,7 +141,7 @@ impl Extras<Application> for ServiceExtras {
     /// The Service first, to stop traffic: `Ok(true)` once it is gone.
     async fn cleanup(&self, _: &Application, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
         let live = owned_services(self.applier.services(), owner);
-        let gone = cleanup_services(ctx, owner, &live).await?;
+        let gone = cleanup_services(&ctx.client, &ctx.executor.recorder, owner, &live).await?;
         if gone {
             self.applier.forget(&owner.reference.uid);
         }

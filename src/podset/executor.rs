@@ -5,32 +5,25 @@
 use std::sync::Arc;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use rand::RngExt;
 use tracing::{debug, warn};
 
 use crate::api::names::RESIZE_REFUSED_ANNOTATION;
 use crate::metrics::Metrics;
-use crate::podset::expectations::{Expectations, OwnerKey};
+use crate::podset::expectations::Expectations;
 use crate::podset::inplace::{self, Change};
-use crate::podset::metadata_only;
 use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
 use crate::runtime::events::{EventRecorder, EventType};
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::metadata_only;
+use crate::runtime::owner::Owner;
 
 /// Characters of generated name suffixes: the same alphabet Kubernetes uses
 /// for generateName (no vowels, no confusable characters).
 const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// The first failure in a step, for the ReplicaFailure condition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    /// `FailedCreate` or `FailedDelete`.
-    pub reason: &'static str,
-    pub message: String,
-}
 
 /// What a step did.
 #[derive(Clone, Debug, Default)]
@@ -40,42 +33,6 @@ pub struct Outcome {
     /// Pods updated in place.
     pub updated: usize,
     pub failure: Option<Failure>,
-}
-
-/// The object whose Pods are managed.
-#[derive(Clone)]
-pub struct Owner {
-    pub key: OwnerKey,
-    pub namespace: String,
-    pub name: String,
-    /// The controller reference every Pod carries.
-    pub reference: OwnerReference,
-    /// Where Events are recorded.
-    pub event_target: ObjectReference,
-}
-
-impl Owner {
-    /// The owner `obj`, whose kind is `kind`.
-    pub fn of<K: Resource<DynamicType = ()>>(obj: &K, kind: &'static str) -> Self {
-        let meta = obj.meta();
-        let namespace = meta.namespace.clone().unwrap_or_default();
-        let name = meta.name.clone().unwrap_or_default();
-        Owner {
-            key: (kind, namespace.clone(), name.clone()),
-            reference: OwnerReference {
-                api_version: K::api_version(&()).into_owned(),
-                kind: K::kind(&()).into_owned(),
-                name: name.clone(),
-                uid: meta.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                // Foreground deletion of the owner waits for its Pods.
-                block_owner_deletion: Some(true),
-            },
-            event_target: obj.object_ref(&()),
-            namespace,
-            name,
-        }
-    }
 }
 
 /// Shared by all reconciles of all kinds.
@@ -551,17 +508,9 @@ pub fn summary(verb: &str, names: &[String]) -> String {
     text
 }
 
-/// The API server's message for an API error, else the error itself.
-pub fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 #[cfg(test)]
 impl Executor {
-    /// An executor on `client` (see [`crate::podset::mock_api`]), for unit tests.
+    /// An executor on `client` (see [`crate::runtime::mock_api`]), for unit tests.
     pub fn for_tests(client: Client) -> Self {
         Executor {
             client: client.clone(),
@@ -585,8 +534,9 @@ mod tests {
     /// failure when it is someone else's.
     #[tokio::test]
     async fn a_create_answered_already_exists_is_ours_only_if_the_pod_is() {
-        use super::{Executor, Owner};
-        use crate::podset::mock_api;
+        use super::Executor;
+        use crate::runtime::mock_api;
+        use crate::runtime::owner::Owner;
         use k8s_openapi::api::core::v1::PodTemplateSpec;
         use std::sync::{Arc, Mutex};
 

@@ -24,10 +24,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub const TTL: Duration = Duration::from_secs(300);
+use crate::runtime::owner::OwnerKey;
 
-/// Identifies an owner by kind, namespace and name.
-pub type OwnerKey = (&'static str, String, String);
+pub const TTL: Duration = Duration::from_secs(300);
 
 /// One create (by Pod name) or delete (by uid) sent and not yet seen.
 #[derive(Clone, Copy)]

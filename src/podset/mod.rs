@@ -19,16 +19,13 @@
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
-//! - [`metadata_only`]: deletes and status writes answered with metadata
-//!   only.
+//! - [`context`]: what every reconcile shares ([`Context`]).
 
+pub mod context;
 pub mod executor;
 pub mod expectations;
 pub mod inplace;
 pub mod lean_pod;
-pub mod metadata_only;
-#[cfg(test)]
-pub mod mock_api;
 pub mod plan;
 pub mod pods;
 pub mod rank;
@@ -36,5 +33,6 @@ pub mod reconcile;
 pub mod revision;
 pub mod watch;
 
+pub use context::Context;
 pub use plan::{Desired, Plan, Strategy, plan};
 pub use pods::ObservedPod;

@@ -43,11 +43,13 @@ use tracing::Instrument;
 
 use crate::api::names::ORPHAN_FINALIZER;
 use crate::api::names::{FIELD_MANAGER, FINALIZER};
-use crate::podset::ObservedPod;
-use crate::podset::executor::{Failure, Outcome, Owner, summary};
+use crate::podset::executor::{Outcome, summary};
 use crate::podset::plan::{DeleteReason, Desired, Plan, Strategy, plan, victim};
+use crate::podset::{Context, ObservedPod};
 use crate::runtime::events::EventType;
-use crate::runtime::{Context, Error, Pace};
+use crate::runtime::failure::Failure;
+use crate::runtime::owner::Owner;
+use crate::runtime::{Error, Pace};
 
 /// What a kind asks of the Pod engine.
 #[derive(Clone, Debug)]
@@ -658,8 +660,9 @@ mod tests {
     /// the next failure waits the shortest time again.
     #[tokio::test]
     async fn a_success_resets_the_backoff_of_its_object() {
-        let client =
-            crate::podset::mock_api::client(|_, path, _| panic!("no request expected, got {path}"));
+        let client = crate::runtime::mock_api::client(|_, path, _| {
+            panic!("no request expected, got {path}")
+        });
         let ctx = Context::new(
             client.clone(),
             crate::podset::executor::Executor::for_tests(client),
@@ -671,7 +674,7 @@ mod tests {
         }))
         .unwrap();
         let failed = || {
-            Error::Step(crate::podset::executor::Failure {
+            Error::Step(Failure {
                 reason: "FailedCreate",
                 message: "refused".into(),
             })

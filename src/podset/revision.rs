@@ -1,24 +1,14 @@
-//! A template's revision: the template hash, a short, stable digest of the
-//! Pod template that the engine writes into each Pod's labels (a Pod whose
+//! A template's revision: the template hash ([`template_hash`]), a short,
+//! stable digest of the Pod template that the engine writes into each Pod's labels (a Pod whose
 //! hash differs from the current template's is outdated and gets rolled),
 //! and the in-place keys, the same digest with images (and resources) left
 //! out, that tell which outdated Pods can be updated in place (see
 //! [`crate::podset::inplace`]).
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::names::{BUT_IMAGES_ANNOTATION, BUT_RESOURCES_ANNOTATION, TEMPLATE_HASH_LABEL};
-
-/// Ten lowercase hex characters of the SHA-256 of the value's JSON form.
-/// k8s-openapi types serialize their fields in a fixed order and maps are
-/// sorted (BTreeMap), so equal templates hash equally.
-pub fn template_hash<T: Serialize>(template: &T) -> String {
-    let json = serde_json::to_vec(template).unwrap_or_default();
-    let digest = Sha256::digest(&json);
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
-}
+use crate::runtime::hash::template_hash;
 
 /// Stamps a Pod template with the hash of its contents
 /// ([`TEMPLATE_HASH_LABEL`]) and its in-place keys (annotations, see
@@ -98,21 +88,4 @@ pub fn stamp_keys(template: &mut PodTemplateSpec, keys: InPlaceKeys) {
         .get_or_insert_with(Default::default);
     annotations.insert(BUT_IMAGES_ANNOTATION.into(), keys.but_images);
     annotations.insert(BUT_RESOURCES_ANNOTATION.into(), keys.but_resources);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn equal_values_hash_equally_and_changes_show() {
-        let a: BTreeMap<&str, &str> = [("image", "redis:7"), ("port", "6379")].into();
-        let b: BTreeMap<&str, &str> = [("port", "6379"), ("image", "redis:7")].into();
-        let c: BTreeMap<&str, &str> = [("port", "6380"), ("image", "redis:7")].into();
-        assert_eq!(template_hash(&a), template_hash(&b));
-        assert_ne!(template_hash(&a), template_hash(&c));
-        assert_eq!(template_hash(&a).len(), 10);
-        assert!(template_hash(&a).chars().all(|ch| ch.is_ascii_hexdigit()));
-    }
 }

@@ -21,9 +21,9 @@ use tracing::{info, warn};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, GROUP, Redis};
 use crate::podset::ObservedPod;
-use crate::podset::executor::Owner;
 use crate::podset::expectations::Expectations;
 use crate::podset::lean_pod::LeanPod;
+use crate::runtime::owner::Owner;
 
 /// Where Pod events are sent, per owner kind.
 #[derive(Clone)]

@@ -20,19 +20,20 @@ use kube::{Api, ResourceExt};
 use crate::api::Redis;
 use crate::api::names::{FIELD_MANAGER, ROLE_LABEL};
 use crate::api::redis::{MemberStatus, PrimaryStatus};
-use crate::podset::ObservedPod;
-use crate::podset::executor::{Failure, Owner, api_message};
 use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
+use crate::podset::{Context, ObservedPod};
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::rollout;
 use crate::redis::services::{desired_services, service_names};
+use crate::runtime::Error;
 use crate::runtime::events::EventType;
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{cleanup_services, owned_named, owned_services};
-use crate::runtime::{Context, Error};
 
 /// How often to look again while no member answers at all.
 pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
@@ -501,7 +502,7 @@ impl Extras<Redis> for ReplicationExtras {
     /// The Services first, to stop traffic: `Ok(true)` once they are gone.
     async fn cleanup(&self, _: &Redis, ctx: &Context, owner: &Owner) -> Result<bool, Error> {
         let live = owned_services(self.applier.services(), owner);
-        let gone = cleanup_services(ctx, owner, &live).await?;
+        let gone = cleanup_services(&ctx.client, &ctx.executor.recorder, owner, &live).await?;
         if gone {
             self.forget(&owner.reference.uid);
         }

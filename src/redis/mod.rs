@@ -95,7 +95,7 @@ mod tests {
 
     use crate::api::Redis;
     use crate::podset::ObservedPod;
-    use crate::podset::executor::Owner;
+    use crate::runtime::owner::Owner;
 
     use crate::podset::plan::{DeleteReason, Desired, Plan};
 
@@ -111,8 +111,8 @@ mod tests {
     use crate::api::RedisSpec;
     use crate::api::redis::PrimaryStatus;
     use crate::api::redis::PullPolicy;
-    use crate::podset::executor::Failure;
     use crate::podset::plan::plan;
+    use crate::runtime::failure::Failure;
     use k8s_openapi::jiff::Timestamp;
 
     fn report<'a>(

@@ -10,8 +10,8 @@ use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
 use crate::api::redis::{primary_service_name, replicas_service_name};
-use crate::podset::executor::Owner;
 use crate::redis::pod::selector_labels;
+use crate::runtime::owner::Owner;
 
 /// The names of a Redis's two Services, primary's first.
 pub fn service_names(redis: &Redis) -> [String; 2] {

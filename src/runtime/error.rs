@@ -1,7 +1,7 @@
 //! The reconcile's error type, with a short fixed label per variant for
 //! metrics.
 
-use crate::podset::executor::Failure;
+use crate::runtime::failure::Failure;
 
 /// A reconcile failed, or must come back soon.
 #[derive(Debug, thiserror::Error)]

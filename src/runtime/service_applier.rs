@@ -36,13 +36,14 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::Semaphore;
 
 use crate::api::names::FIELD_MANAGER;
-use crate::podset::executor::{Executor, Failure, Owner, api_message};
-use crate::podset::revision::template_hash;
-use crate::runtime::events::EventType;
+use crate::runtime::events::{EventRecorder, EventType};
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::hash::template_hash;
+use crate::runtime::owner::Owner;
 use crate::runtime::services::{service_exists, service_in_sync};
 
 /// How long a Service this operator applied is taken as done while the
@@ -191,8 +192,10 @@ impl Attempt {
 
 /// Applies the Services of one kind's owners beside their reconciles.
 pub struct ServiceApplier<K: Resource> {
-    /// Its client makes the applies, its recorder the Events.
-    executor: Executor,
+    /// Makes the applies.
+    client: Client,
+    /// Records the Events.
+    recorder: Arc<EventRecorder>,
     /// The Services podkeeper manages (label-selected watch cache).
     services: Store<Service>,
     /// Asks the kind's controller to reconcile an owner.
@@ -229,13 +232,15 @@ where
     K: Resource<DynamicType = ()> + 'static,
 {
     pub fn new(
-        executor: Executor,
+        client: Client,
+        recorder: Arc<EventRecorder>,
         services: Store<Service>,
         wake: UnboundedSender<ObjectRef<K>>,
         in_flight: usize,
     ) -> Self {
         ServiceApplier {
-            executor,
+            client,
+            recorder,
             services,
             wake,
             attempts: Arc::default(),
@@ -298,8 +303,8 @@ where
             .filter(|c| due.contains(&c.name()))
             .collect();
         let task = Task {
-            api: Api::namespaced(self.executor.client.clone(), &owner.namespace),
-            executor: self.executor.clone(),
+            api: Api::namespaced(self.client.clone(), &owner.namespace),
+            recorder: self.recorder.clone(),
             services: self.services.clone(),
             wake: self.wake.clone(),
             attempts: self.attempts.clone(),
@@ -327,7 +332,7 @@ where
 /// One task's worth of Service applies for one owner.
 struct Task<K: Resource> {
     api: Api<Service>,
-    executor: Executor,
+    recorder: Arc<EventRecorder>,
     services: Store<Service>,
     wake: UnboundedSender<ObjectRef<K>>,
     attempts: Arc<Mutex<HashMap<String, Attempt>>>,
@@ -383,9 +388,9 @@ where
         ] {
             if !names.is_empty() {
                 let what = crate::runtime::services::services_noun(names.len());
-                self.executor
-                    .event(
-                        owner,
+                self.recorder
+                    .publish(
+                        &owner.event_target,
                         EventType::Normal,
                         reason,
                         "ApplyService",
@@ -395,9 +400,9 @@ where
             }
         }
         if let Some(f) = &failure {
-            self.executor
-                .event(
-                    owner,
+            self.recorder
+                .publish(
+                    &owner.event_target,
                     EventType::Warning,
                     f.reason,
                     "ApplyService",

@@ -8,12 +8,13 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
-use crate::podset::executor::{Failure, Owner, api_message};
-use crate::runtime::events::EventType;
-use crate::runtime::{Context, Error};
+use crate::runtime::Error;
+use crate::runtime::events::{EventRecorder, EventType};
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::owner::Owner;
 
 /// Whether every field set in `want` has the same value in `have` (lists
 /// element by element). Allocated fields that `want` leaves out, such as
@@ -137,13 +138,14 @@ pub async fn delete_service(api: &Api<Service>, svc: &Service) -> Result<Deleted
 /// as no Pod delete of a cleanup writes one). `Ok(true)` once none is left, as the
 /// deletes answered, so the Pods go in the same reconcile; `Ok(false)`
 /// while one stays on a finalizer. A refused delete is a `FailedService`
-/// failure, retried with backoff.
+/// failure, retried with backoff (and a Warning Event by `recorder`).
 pub async fn cleanup_services(
-    ctx: &Context,
+    client: &Client,
+    recorder: &EventRecorder,
     owner: &Owner,
     live: &[Arc<Service>],
 ) -> Result<bool, Error> {
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let api: Api<Service> = Api::namespaced(client.clone(), &owner.namespace);
     let (going, to_delete): (Vec<&Arc<Service>>, Vec<&Arc<Service>>) = live
         .iter()
         .partition(|s| s.metadata.deletion_timestamp.is_some());
@@ -187,9 +189,9 @@ pub async fn cleanup_services(
         // Said where `kubectl describe` shows it: a deletion held up by a
         // refused Service delete is otherwise silent.
         Some(message) => {
-            ctx.executor
-                .event(
-                    owner,
+            recorder
+                .publish(
+                    &owner.event_target,
                     EventType::Warning,
                     "FailedService",
                     "Cleanup",

@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::names::FIELD_MANAGER;
-use crate::podset::metadata_only;
 use crate::runtime::Error;
+use crate::runtime::metadata_only;
 
 /// Writes the status of every kind's objects.
 pub struct StatusWriter {
@@ -299,7 +299,7 @@ mod tests {
         let answers = Arc::new(Mutex::new(vec![(200u16, "7"), (409, ""), (200, "9")]));
         let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
         let (a, b) = (answers.clone(), bodies.clone());
-        let client = crate::podset::mock_api::client(move |_, path, body| {
+        let client = crate::runtime::mock_api::client(move |_, path, body| {
             assert!(path.ends_with("/redises/r/status"), "{path}");
             b.lock().unwrap().push(body);
             match a.lock().unwrap().remove(0) {
@@ -309,7 +309,7 @@ mod tests {
                         "apiVersion": "meta.k8s.io/v1",
                         "metadata": {"name": "r", "resourceVersion": rv}}),
                 ),
-                (code, _) => (code, crate::podset::mock_api::status(code, "Conflict")),
+                (code, _) => (code, crate::runtime::mock_api::status(code, "Conflict")),
             }
         });
         let status_writer = StatusWriter::new(client);

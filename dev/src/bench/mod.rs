@@ -979,7 +979,7 @@ mod tests {
         {
             assert_eq!(c["labelSelector"], json!({"matchLabels": {"bench": "r7"}}));
         }
-        let owner = podkeeper::podset::executor::Owner::of(&redis, "Redis");
+        let owner = podkeeper::runtime::owner::Owner::of(&redis, "Redis");
         assert_eq!(
             podkeeper::redis::services::desired_services(&redis, &owner).len(),
             SERVICES_PER_OBJECT
