@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota, ServiceAccount};
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -682,7 +682,8 @@ impl Operator {
     }
 
     /// Panics if the process has exited (crashed) on its own (for a
-    /// deployed operator: if a container restarted).
+    /// deployed operator: if a container restarted for another reason than
+    /// a failed start, see [`crashes`]).
     pub fn assert_running(&mut self) {
         if self.deployed() {
             let (ok, out, err) = kubectl(&[
@@ -693,12 +694,27 @@ impl Operator {
                 "-l",
                 "app.kubernetes.io/name=podkeeper",
                 "-o",
-                "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
+                "json",
             ]);
             assert!(ok, "{err}");
+            let pods: Vec<Pod> = items(&out);
+            let (ok, out, err) = kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "podkeeper-system",
+                "--field-selector",
+                "reason=Failed,involvedObject.kind=Pod",
+                "-o",
+                "json",
+            ]);
+            assert!(ok, "{err}");
+            let events: Vec<Event> = items(&out);
+            let crashed = crashes(&pods, &events);
             assert!(
-                out.split_whitespace().all(|n| n == "0"),
-                "the deployed operator restarted: {out}"
+                crashed.is_empty(),
+                "the deployed operator restarted: {}",
+                crashed.join("; ")
             );
             return;
         }
@@ -750,6 +766,72 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The items of `kubectl get -o json` (a `List`, which k8s-openapi's typed
+/// lists refuse).
+fn items<T: serde::de::DeserializeOwned>(json: &str) -> Vec<T> {
+    let mut list: serde_json::Value = serde_json::from_str(json).expect("kubectl's JSON");
+    serde_json::from_value(list["items"].take()).expect("a list's items")
+}
+
+/// The deployed operator's restarts that were not failed starts, one line
+/// per Pod. On a loaded machine a container can fail to start (`runc create
+/// failed: ... unable to freeze`); the kubelet starts it again as it would
+/// a crashed one and counts a restart. What it records tells them apart:
+/// containerd ends a failed start with reason `StartError` (exit code 128)
+/// and the kubelet writes a `Failed` Event for each (`count` adds up
+/// repeats), where a crash of the operator leaves its own exit (`Error`,
+/// `OOMKilled`) and no such Event. A Pod's restarts are all failed starts
+/// only if every restarted container's last termination was one and its
+/// `failed` Events count at least as many as its restarts; a crash before
+/// a failed start is caught by the count. Pure.
+fn crashes(pods: &[Pod], failed: &[Event]) -> Vec<String> {
+    pods.iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+            let restarted: Vec<_> = statuses.iter().filter(|c| c.restart_count > 0).collect();
+            let restarts: i32 = restarted.iter().map(|c| c.restart_count).sum();
+            if restarts == 0 {
+                return None;
+            }
+            let failed_starts: i32 = failed
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("Failed"))
+                .filter(|e| {
+                    e.involved_object.name.as_deref() == Some(name)
+                        && e.involved_object.uid == p.metadata.uid
+                })
+                .map(|e| e.count.unwrap_or(1).max(1))
+                .sum();
+            let last: Vec<String> = restarted
+                .iter()
+                .map(|c| {
+                    let t = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+                    format!(
+                        "{} last ended {} (exit code {}): {}",
+                        c.name,
+                        t.and_then(|t| t.reason.as_deref()).unwrap_or("unknown"),
+                        t.map_or("-".to_string(), |t| t.exit_code.to_string()),
+                        t.and_then(|t| t.message.as_deref()).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let start_errors = restarted.iter().all(|c| {
+                c.last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.reason.as_deref() == Some("StartError"))
+            });
+            (!start_errors || failed_starts < restarts).then(|| {
+                format!(
+                    "{name}: {restarts} restart(s), {failed_starts} failed start(s); {}",
+                    last.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// The image to run where a test names an upstream image. kwok runs no
@@ -905,5 +987,58 @@ pub async fn follow_owned_pods(
             _ => continue,
         }
         check(&state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Pod whose one container restarted `restarts` times, its last
+    /// termination `reason`.
+    fn pod(restarts: i32, reason: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "podkeeper-1", "uid": "u1"},
+            "status": {"containerStatuses": [{
+                "name": "manager", "image": "podkeeper:dev", "imageID": "", "ready": true,
+                "restartCount": restarts,
+                "lastState": {"terminated": {
+                    "reason": reason, "exitCode": if reason == "StartError" { 128 } else { 101 },
+                    "message": "runc create failed: unable to freeze"}},
+            }]},
+        }))
+        .unwrap()
+    }
+
+    fn failed(count: i32) -> Event {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "podkeeper-1.1"},
+            "reason": "Failed",
+            "count": count,
+            "involvedObject": {"kind": "Pod", "name": "podkeeper-1", "uid": "u1"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_restart_after_a_failed_start_is_no_crash_of_the_deployed_operator() {
+        let listed = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {},
+            "items": [serde_json::to_value(pod(1, "StartError")).unwrap()]});
+        assert_eq!(
+            items::<Pod>(&listed.to_string()),
+            vec![pod(1, "StartError")]
+        );
+        assert!(crashes(&[pod(0, "Error")], &[]).is_empty());
+        assert!(crashes(&[pod(1, "StartError")], &[failed(1)]).is_empty());
+        assert!(crashes(&[pod(2, "StartError")], &[failed(1), failed(1)]).is_empty());
+        // A crash: the operator's own exit.
+        assert_eq!(crashes(&[pod(1, "Error")], &[]).len(), 1);
+        assert_eq!(crashes(&[pod(1, "Error")], &[failed(1)]).len(), 1);
+        // A crash, then a failed start: one restart is not accounted for.
+        assert_eq!(crashes(&[pod(2, "StartError")], &[failed(1)]).len(), 1);
+        // Another Pod's failed start.
+        let mut other = failed(1);
+        other.involved_object.uid = Some("u2".into());
+        assert_eq!(crashes(&[pod(1, "StartError")], &[other]).len(), 1);
     }
 }

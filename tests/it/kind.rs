@@ -788,19 +788,26 @@ async fn a_rollout_switches_over_before_the_primary_goes_and_loses_no_acknowledg
         .iter()
         .map(|p| p.name_any())
         .collect();
-    // A writer in the client Pod: SET then WAIT 1; keys whose WAIT returned
-    // 1 or more are acknowledged. What it records is on the Pod's emptyDir
-    // ([`LEDGER`]), and a restarted client container starts it again (see
-    // [`start_client`]): it resumes after the last key it tried, so every
-    // key it recorded as acknowledged is checked, however often the client
-    // restarted. It runs until `stop` exists, then writes `total`; the lock
+    // A writer in the client Pod: SET then WAIT 1, pipelined with QUIT on
+    // one TCP connection (bash's /dev/tcp) per key; a key is acknowledged
+    // only when SET answered +OK and WAIT a count of 1 or more, in that
+    // order on that connection. (redis-cli reading both from a pipe sends a
+    // command after a failed one on a new connection, which the Service may
+    // route to another server: the WAIT would not be about the SET. And
+    // matching "OK" then any digit counted a SET whose server was made a
+    // replica before the WAIT: that WAIT's error reply names "Redis 4.0".)
+    // What it records is on the Pod's emptyDir ([`LEDGER`]), and a
+    // restarted client container starts it again (see [`start_client`]): it
+    // resumes after the last key it tried, so every key it recorded as
+    // acknowledged is checked, however often the client restarted. It runs until `stop` exists, then writes `total`; the lock
     // keeps it to one writer at a time.
     let script = format!(
         "d={LEDGER}; exec 9>>$d/lock; flock -n 9 || exit 0; \
          i=$(tail -n 1 $d/tried 2>/dev/null); case $i in ''|*[!0-9]*) i=0;; esac; \
          while [ ! -e $d/stop ]; do i=$((i+1)); echo $i >> $d/tried; \
-         out=$(printf 'SET w%d %d\\r\\nWAIT 1 2000\\r\\n' $i $i | timeout 5 redis-cli -h {host} -p 6379 2>/dev/null | tr -d '\\r'); \
-         case \"$out\" in OK*[1-9]*) echo w$i >> $d/acked;; esac; done; echo $i > $d/total"
+         out=$(timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/6379 || exit 1; \
+         printf \"SET w%d %d\\r\\nWAIT 1 2000\\r\\nQUIT\\r\\n\" $0 $0 >&3; cat <&3' $i 2>/dev/null | tr -d '\\r'); \
+         case \"$out\" in \"+OK\"$'\\n'':'[1-9]*) echo w$i >> $d/acked;; esac; done; echo $i > $d/total"
     );
     // Renamed into place: a running bash keeps reading the file it opened.
     let start = format!(

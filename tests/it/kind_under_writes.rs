@@ -39,6 +39,7 @@ async fn kill_9_failovers_under_writes_lose_no_acknowledged_write_and_never_show
     let env = TestEnv::new("kind-w-kill").await;
     let s = session(&env).await;
     let f = bench::failovers(&s, 3, 2).await.expect("two failovers");
+    eprintln!("kill -9 failovers: {f:?}");
     assert_eq!(
         f.to_new_primary_s.len(),
         2,
@@ -60,6 +61,7 @@ async fn image_rollouts_under_writes_switch_over_and_lose_no_acknowledged_write(
     let env = TestEnv::new("kind-w-rollout").await;
     let s = session(&env).await;
     let r = bench::rollouts(&s, 3, 2).await.expect("two rollouts");
+    eprintln!("image rollouts: {r:?}");
     assert_eq!(r.switchovers, 2, "each rollout moved the primary");
     assert!(r.writes.acknowledged > 0);
     assert_eq!(r.writes.acknowledged_lost, 0, "acknowledged writes lost");
@@ -82,6 +84,7 @@ async fn scale_5_to_1_under_writes_keeps_the_primary_and_every_key() {
     let env = TestEnv::new("kind-w-scale").await;
     let s = session(&env).await;
     let d = bench::scale_downs(&s, 1).await.expect("a scale-down");
+    eprintln!("scale 5 to 1: {d:?}");
     assert!(d.accepted > 0);
     assert_eq!(d.accepted_lost, 0, "accepted writes lost");
     assert_eq!(d.primary_kept, 1, "the primary stayed");
@@ -303,6 +306,11 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
         let lost = s
             .lost(&host, PORT, &writer::acknowledged(&writes, 1))
             .unwrap();
+        eprintln!(
+            "chaos step {step}: {} acknowledged writes so far, {} lost",
+            writer::acknowledged(&writes, 1).len(),
+            lost.len()
+        );
         assert_eq!(
             lost,
             Vec::<u64>::new(),

@@ -1,7 +1,7 @@
 //! `podkeeper dev --kind` as a user runs it: the operator here, against a
 //! kind cluster whose Pods are real containers. (kind-only: these tests
 //! need the Docker engine and the kind images that `just e2e` builds; the
-//! module's name puts them in CI's `kind::` selection.)
+//! module's name puts them in CI's `kind` selection.)
 
 use std::path::Path;
 use std::process::Command;
