@@ -97,8 +97,13 @@ impl Server {
         redis_server_installed();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("redis.log");
-        let directives: BTreeMap<String, String> =
-            [("repl-diskless-sync-delay".to_string(), "0".to_string())].into();
+        // The process title off: /proc/<pid>/cmdline stays the command line
+        // as executed, which the password test reads.
+        let directives: BTreeMap<String, String> = [
+            ("repl-diskless-sync-delay".to_string(), "0".to_string()),
+            ("set-proc-title".to_string(), "no".to_string()),
+        ]
+        .into();
         let args = config::config_args(&directives, None).unwrap();
         let (cmd, args) = config::server_command(port, &args, password.is_some());
         let mut command = Command::new(&cmd[0]);
@@ -761,6 +766,68 @@ async fn with_a_password_replication_works_and_strangers_are_refused() {
     .expect("a wrong password is refused");
     assert!(matches!(err, ClientError::Auth { .. }), "{err}");
     assert!(!format!("{:?}", set.server(&primary).endpoint()).contains("s3cret"));
+}
+
+/// A password of awkward bytes (quotes, spaces, `$`, a backtick,
+/// backslashes, a trailing backslash) reaches redis-server on its standard
+/// input: the replica authenticates with it (masterauth acknowledges a
+/// write), clients with AUTH, and it is in neither redis-server's command
+/// line (`/proc/<pid>/cmdline`, with `set-proc-title no` the command line
+/// as executed) nor its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awkward_password_reaches_redis_server_off_its_command_line() {
+    let password = r#"it's "q" $HOME `id` $(id) \n \\ back\slash; * -- -end\"#;
+    let mut set = Set::start(2, Some(password)).await;
+    let primary = set.converge().await;
+    let node = set.server(&primary).node().await.unwrap();
+    assert!(
+        write_acked(&node, "k", 1).await.unwrap(),
+        "the replica authenticated with masterauth"
+    );
+    let port = set.server(&primary).port;
+    let err = Node::connect(
+        &Endpoint::new(LOOPBACK, port, Some(password.replace('\\', ""))),
+        timeouts(),
+    )
+    .await
+    .err()
+    .expect("a password that differs in its backslashes is refused");
+    assert!(matches!(err, ClientError::Auth { .. }), "{err}");
+    for server in &set.servers {
+        let proc = PathBuf::from(format!("/proc/{}", server.pid()));
+        assert_eq!(
+            std::fs::read_to_string(proc.join("comm")).unwrap().trim(),
+            "redis-server",
+            "the shell exec'd redis-server in its place"
+        );
+        let cmdline = String::from_utf8_lossy(&std::fs::read(proc.join("cmdline")).unwrap())
+            .replace('\0', " ");
+        assert!(
+            cmdline.contains("--set-proc-title no") && cmdline.trim_end().ends_with(" -"),
+            "the command line as executed: {cmdline}"
+        );
+        for part in [
+            password,
+            "back\\slash",
+            "$HOME",
+            "requirepass",
+            "masterauth",
+        ] {
+            assert!(!cmdline.contains(part), "{part:?} in {cmdline}");
+        }
+        let environ = std::fs::read(proc.join("environ")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains(config::PASSWORD_ENV),
+            "the password variable is unset before the exec"
+        );
+    }
+    // A line feed in the password is quoted too.
+    let server = Server::start_anywhere("nl", Some("two\nlines \"and\" \\")).await;
+    let node = server.node().await.unwrap();
+    assert_eq!(
+        node.command::<String>(&redis::cmd("PING")).await.unwrap(),
+        "PONG"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,23 +96,24 @@ mod tests {
         }
     }
 
-    /// The CEL rule refuses exactly the directives podkeeper owns.
+    /// The CRD carries the rules on spec.config generated from the
+    /// operator's own lists (see `redis::replication::config`).
     #[test]
-    fn config_rule_lists_every_owned_directive() {
-        let owned: Vec<&str> = crate::redis::replication::config::owned_directives().collect();
-        let listed: Vec<&str> = redis::OWNED_CONFIG_RULE
-            .split('[')
-            .nth(1)
-            .unwrap()
-            .split(']')
-            .next()
-            .unwrap()
-            .split(", ")
-            .map(|s| s.trim_matches('\''))
-            .collect();
-        assert_eq!(listed, owned);
-        let yaml = serde_yaml_ng::to_string(&Redis::crd()).unwrap();
-        assert!(yaml.contains("lowerAscii"), "the rule is in the CRD");
+    fn the_crd_carries_the_config_rules() {
+        let crd = serde_json::to_string(&Redis::crd()).unwrap();
+        let rules = [crate::redis::replication::config::refused_names_rule()]
+            .into_iter()
+            .chain(crate::redis::replication::config::value_rules());
+        for rule in rules {
+            assert!(
+                crd.contains(&serde_json::to_string(&rule.rule).unwrap()),
+                "{}",
+                rule.rule
+            );
+        }
+        for name in crate::redis::replication::config::refused_directives() {
+            assert!(crd.contains(&format!("'{name}'")), "{name}");
+        }
     }
 
     #[test]

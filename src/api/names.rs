@@ -2,6 +2,18 @@
 //! writes or reads, in one place: what `kubectl get -l`, `kubectl describe`
 //! and a GitOps tool see of it.
 
+// Names of the objects podkeeper derives from its own.
+
+/// The longest DNS-1035 label: a Service name, a host name (a Pod's name),
+/// a label value.
+pub const DNS_LABEL_MAX: usize = 63;
+
+/// Characters of the random suffix of a Pod's name (`<owner>-xxxxx`).
+pub const POD_NAME_SUFFIX_CHARS: usize = 5;
+
+/// What a Pod's name adds to its owner's: a dash and the random suffix.
+pub const POD_NAME_SUFFIX_LEN: usize = 1 + POD_NAME_SUFFIX_CHARS;
+
 // Labels on the objects podkeeper makes.
 
 /// Label on every Pod podkeeper creates; the Pod watch selects on it.

@@ -4,12 +4,43 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// Longest Redis name: Pods are named `<name>-<5 characters>` and must stay
-/// valid DNS labels (63 characters), usable as host names.
-pub const MAX_NAME_LENGTH: usize = 57;
+use crate::api::names::{DNS_LABEL_MAX, POD_NAME_SUFFIX_LEN};
+use crate::redis::replication::config::{refused_names_rule, value_rules};
+
+/// What the replicas' Service adds to a Redis's name.
+pub const REPLICAS_SERVICE_SUFFIX: &str = "-replicas";
+
+/// The longest suffix podkeeper adds to a Redis's name for an object it
+/// derives: its Pods (`<name>-xxxxx`) and its Services (`<name>`,
+/// `<name>-replicas`). The name itself is also a label value.
+pub const LONGEST_DERIVED_SUFFIX: usize = if POD_NAME_SUFFIX_LEN > REPLICAS_SERVICE_SUFFIX.len() {
+    POD_NAME_SUFFIX_LEN
+} else {
+    REPLICAS_SERVICE_SUFFIX.len()
+};
+
+/// Longest Redis name: every object derived from it must stay a DNS-1035
+/// label of at most 63 characters.
+pub const MAX_NAME_LENGTH: usize = DNS_LABEL_MAX - LONGEST_DERIVED_SUFFIX;
+
+/// The CRD's rule on a Redis's name length ([`MAX_NAME_LENGTH`]).
+pub fn name_length_rule() -> Rule {
+    Rule::new(format!("size(self.metadata.name) <= {MAX_NAME_LENGTH}")).message(Message::Message(format!(
+        "metadata.name must be at most {MAX_NAME_LENGTH} characters: the Service <name>{REPLICAS_SERVICE_SUFFIX} and the Pods <name>-xxxxx must stay within {DNS_LABEL_MAX}"
+    )))
+}
+
+/// The CRD's rule that a Redis's name is a DNS-1035 label, as its
+/// Services' names must be.
+pub fn name_label_rule() -> Rule {
+    Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message(
+        "metadata.name must be a DNS-1035 label (a lower-case letter first, then lower-case letters, digits and '-', ending in a letter or digit): it names the Redis's Services",
+    )
+}
 /// The most replicas one Redis may ask for.
 pub const MAX_REPLICAS: i32 = 1000;
 pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
@@ -40,7 +71,8 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     ),
-    validation = Rule::new("size(self.metadata.name) <= 57").message("metadata.name must be at most 57 characters: Pods are named <name>-<5 characters> and must stay within 63"),
+    validation = name_length_rule(),
+    validation = name_label_rule(),
     doc = "A set of redis-server Pods managed directly by podkeeper"
 )]
 #[serde(rename_all = "camelCase")]
@@ -78,24 +110,27 @@ pub struct RedisSpec {
     pub auth: Option<AuthSpec>,
 
     /// redis.conf directives, name to value (`maxmemory-policy:
-    /// allkeys-lru`). The directives podkeeper sets itself (replicaof, port,
-    /// bind, requirepass, masterauth, dir, ...) are refused. `maxmemory`
-    /// defaults to 75 % of the memory limit; persistence is off unless set.
+    /// allkeys-lru`, `save: 3600 1 300 100`); a value is split on spaces into
+    /// the directive's arguments. Refused: the directives podkeeper sets
+    /// itself (replicaof, port, bind, requirepass, masterauth, dir, ...) or
+    /// that break what it relies on (rename-command, replica-read-only,
+    /// user, ...), and values redis-server could read as more than one
+    /// directive (a word starting with `--`, a lone `-`, control
+    /// characters, quotes). `maxmemory` defaults to 75 % of the memory
+    /// limit; persistence is off unless set.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "config_schema")]
-    #[x_kube(validation = Rule::new(OWNED_CONFIG_RULE).message(OWNED_CONFIG_MESSAGE))]
+    #[x_kube(validation = refused_names_rule())]
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9][-A-Za-z0-9]*$'))").message("spec.config: directive names are letters, digits and '-'"))]
+    #[x_kube(validation = value_rules()[0].clone())]
+    #[x_kube(validation = value_rules()[1].clone())]
+    #[x_kube(validation = value_rules()[2].clone())]
     pub config: BTreeMap<String, String>,
 
     /// When to fail over, and how long a planned switchover may pause writes.
     #[serde(default)]
     pub failover: FailoverSpec,
 }
-
-/// The CEL rule that refuses directives podkeeper owns (the same list as
-/// [`crate::redis::replication::config::owned_directives`]; a unit test checks).
-pub const OWNED_CONFIG_RULE: &str = "self.all(k, !(k.lowerAscii() in ['replicaof', 'slaveof', 'port', 'bind', 'bind-source-addr', 'protected-mode', 'requirepass', 'masterauth', 'masteruser', 'dir', 'include', 'daemonize', 'supervised', 'logfile', 'replica-announce-ip', 'replica-announce-port', 'slave-announce-ip', 'slave-announce-port']))";
-pub const OWNED_CONFIG_MESSAGE: &str = "spec.config must not set replicaof, slaveof, port, bind, bind-source-addr, protected-mode, requirepass, masterauth, masteruser, dir, include, daemonize, supervised, logfile or the announce addresses: podkeeper sets them (use spec.port and spec.auth)";
 
 /// At most 64 directives of at most 1024 characters each (keeps the CEL
 /// rules' cost bounded).
@@ -206,7 +241,7 @@ pub fn primary_service_name(redis: &str) -> String {
 
 /// The Service that selects the ready replicas (read-only).
 pub fn replicas_service_name(redis: &str) -> String {
-    format!("{redis}-replicas")
+    format!("{redis}{REPLICAS_SERVICE_SUFFIX}")
 }
 
 /// `spec.auth`: a key of a Secret in the Redis' namespace.
@@ -337,5 +372,34 @@ mod tests {
         );
         assert_eq!(replicas_service_name("r"), "r-replicas");
         assert_eq!(primary_service_name("r"), "r");
+    }
+
+    /// Every name podkeeper derives from a Redis of the longest name the
+    /// CRD admits is a valid DNS-1035 label; one character more and one is
+    /// not. The CRD's rule carries that limit.
+    #[test]
+    fn the_name_limit_follows_the_longest_derived_name() {
+        let derived = |name: &str| {
+            vec![
+                crate::podset::executor::pod_name(name),
+                primary_service_name(name),
+                replicas_service_name(name),
+                name.to_string(),
+            ]
+        };
+        let longest = "r".repeat(MAX_NAME_LENGTH);
+        for n in derived(&longest) {
+            assert!(n.len() <= DNS_LABEL_MAX, "{n}");
+        }
+        let over = "r".repeat(MAX_NAME_LENGTH + 1);
+        assert!(derived(&over).iter().any(|n| n.len() > DNS_LABEL_MAX));
+        assert_eq!(MAX_NAME_LENGTH, 54);
+        let rule = name_length_rule();
+        assert_eq!(
+            rule.rule,
+            format!("size(self.metadata.name) <= {MAX_NAME_LENGTH}")
+        );
+        let crd = serde_json::to_string(&<Redis as kube::CustomResourceExt>::crd()).unwrap();
+        assert!(crd.contains(&rule.rule) && crd.contains(&name_label_rule().rule));
     }
 }

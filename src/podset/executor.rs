@@ -49,7 +49,7 @@ pub struct Executor {
 /// A Pod name: the owner's name, a dash and five random characters.
 pub fn pod_name(owner: &str) -> String {
     let mut rng = rand::rng();
-    let suffix: String = (0..5)
+    let suffix: String = (0..crate::api::names::POD_NAME_SUFFIX_CHARS)
         .map(|_| SUFFIX_ALPHABET[rng.random_range(0..SUFFIX_ALPHABET.len())] as char)
         .collect();
     format!("{owner}-{suffix}")

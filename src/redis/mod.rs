@@ -442,9 +442,38 @@ mod tests {
                 ("topology.kubernetes.io/zone", "ScheduleAnyway")
             ]
         );
+        // Nothing in the template holds the password or a directive that
+        // would carry it: redis-server reads requirepass and masterauth on
+        // its standard input, the probe's redis-cli from REDISCLI_AUTH.
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(!json.contains("\"value\":"), "no inline env value: {json}");
+        for a in &c.args.as_ref().unwrap()[3..] {
+            assert!(
+                !a.contains("requirepass") && !a.contains("masterauth") && !a.contains('$'),
+                "{a}"
+            );
+        }
+        assert_eq!(
+            c.args.as_ref().unwrap()[1],
+            crate::redis::replication::config::AUTH_SCRIPT
+        );
+        let probe = c.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap();
+        let probe = probe.command.as_ref().unwrap().join(" ");
+        assert!(
+            probe.contains("REDISCLI_AUTH=") && !probe.contains(" -a "),
+            "{probe}"
+        );
+        assert!(c.liveness_probe.is_none() && c.startup_probe.is_none());
         r.spec.config = [("replicaof".to_string(), "10.0.0.1 6379".to_string())].into();
         let err = r.pod_set().unwrap_err();
         assert!(err.contains("replicaof"), "{err}");
+        r.spec.config = [(
+            "maxmemory-policy".to_string(),
+            "allkeys-lru --replicaof 10.0.0.9 6379".to_string(),
+        )]
+        .into();
+        let err = r.pod_set().unwrap_err();
+        assert!(err.starts_with("spec.config.maxmemory-policy: "), "{err}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -37,11 +37,154 @@ fn web() -> Value {
     json!([{"name": "c", "image": &image("nginx:1.27")}])
 }
 
+/// A Redis whose `spec.config` is `config` (a JSON object).
+fn configured(name: &str, config: Value) -> Value {
+    redis(name, json!({ "config": config }))
+}
+
+/// What the API server says of a value with a word that starts another
+/// directive, of one with a control character, and of one with quotes.
+const STARTS_A_DIRECTIVE: &str = ": a word starting with '--', or a lone '-', would make redis-server read what follows as another directive";
+const CONTROL: &str = ": the value must be one line of printable text";
+const QUOTES: &str = ": quotes are not interpreted";
+
+/// `spec.config` cases the API server must refuse: the Redis's name, its
+/// config, and the message (which names the directive).
+fn rejected_config() -> Vec<(&'static str, Value, String)> {
+    let value = |name: &'static str, directive: &str, v: &str, why: &str| {
+        (
+            name,
+            json!({ directive: v }),
+            format!("spec.config.{directive}{why}"),
+        )
+    };
+    let directive = |name: &'static str, directive: &str, why: &str| {
+        (
+            name,
+            json!({ directive: "yes" }),
+            format!("spec.config.{directive}: {why}"),
+        )
+    };
+    vec![
+        // Values redis-server would read as more than one directive: each
+        // would override a directive podkeeper sets (the user's comes last).
+        value(
+            "inject-replicaof",
+            "maxmemory-policy",
+            "allkeys-lru --replicaof 10.0.0.9 6379",
+            STARTS_A_DIRECTIVE,
+        ),
+        value("inject-port", "hz", "10 --port 7000", STARTS_A_DIRECTIVE),
+        value(
+            "inject-bind-dir",
+            "maxmemory-policy",
+            "noeviction --bind 0.0.0.0 --dir /tmp",
+            STARTS_A_DIRECTIVE,
+        ),
+        value(
+            "inject-first",
+            "timeout",
+            "--requirepass x",
+            STARTS_A_DIRECTIVE,
+        ),
+        value("inject-stdin", "save", "3600 1 -", STARTS_A_DIRECTIVE),
+        value("inject-lone-dash", "appendfsync", "-", STARTS_A_DIRECTIVE),
+        value(
+            "inject-newline",
+            "maxmemory-policy",
+            "allkeys-lru\nport 7000",
+            CONTROL,
+        ),
+        value(
+            "inject-crlf",
+            "maxmemory-policy",
+            "allkeys-lru\r\nport 7000",
+            CONTROL,
+        ),
+        value("inject-tab", "hz", "10\t--port\t7000", CONTROL),
+        value("inject-vtab", "hz", "10\u{b}--port 7000", CONTROL),
+        value("inject-control", "hz", "10\u{1}", CONTROL),
+        value("inject-quotes", "save", "\"3600 1\" --port 7000", QUOTES),
+        value("inject-single-quote", "save", "'3600 1'", QUOTES),
+        value("inject-empty-quotes", "save", "\"\"", QUOTES),
+        // Directives that break podkeeper's contract.
+        directive(
+            "own-replicaof",
+            "replicaof",
+            "podkeeper sets this directive itself",
+        ),
+        directive(
+            "own-port-upper",
+            "PORT",
+            "podkeeper sets this directive itself (use spec.port)",
+        ),
+        directive(
+            "own-requirepass",
+            "requirepass",
+            "podkeeper sets this directive itself (use spec.auth)",
+        ),
+        directive(
+            "own-include",
+            "include",
+            "podkeeper sets this directive itself",
+        ),
+        directive(
+            "rename-command",
+            "rename-command",
+            "it would hide commands the operator needs",
+        ),
+        directive(
+            "replica-read-only",
+            "replica-read-only",
+            "replicas must refuse writes",
+        ),
+        directive(
+            "slave-read-only",
+            "Slave-Read-Only",
+            "replicas must refuse writes",
+        ),
+        directive(
+            "replica-announced",
+            "replica-announced",
+            "the operator finds the replicas",
+        ),
+        directive(
+            "cluster-enabled",
+            "cluster-enabled",
+            "Redis Cluster mode is not supported",
+        ),
+        directive("tls-port", "tls-port", "TLS is not supported yet"),
+        directive(
+            "aclfile",
+            "aclfile",
+            "ACL users could lock the operator out",
+        ),
+        directive("acl-user", "user", "ACL users could lock the operator out"),
+        directive(
+            "unixsocket",
+            "unixsocket",
+            "redis-server listens on TCP only",
+        ),
+        directive(
+            "min-replicas",
+            "min-replicas-to-write",
+            "podkeeper is to set it",
+        ),
+        directive("min-slaves", "min-slaves-max-lag", "podkeeper is to set it"),
+        directive("debug-command", "enable-debug-command", "DEBUG can change"),
+        directive(
+            "protected-configs",
+            "enable-protected-configs",
+            "it would let clients change dir",
+        ),
+    ]
+}
+
 /// Cases the API server must refuse, with a part of the message it gives.
-fn rejected() -> Vec<(Value, &'static str)> {
+fn rejected() -> Vec<(Value, String)> {
     let l = json!({"app": "x"});
     let s = json!({"matchLabels": {"app": "x"}});
-    vec![
+    let mut cases: Vec<(Value, &str)> = vec![
         (redis("port-low", json!({"port": 1233})), "spec.port"),
         (redis("port-high", json!({"port": 54322})), "spec.port"),
         (redis("port-negative", json!({"port": -6379})), "spec.port"),
@@ -71,8 +214,13 @@ fn rejected() -> Vec<(Value, &'static str)> {
             redis("pull-policy", json!({"imagePullPolicy": "Sometimes"})),
             "spec.imagePullPolicy",
         ),
-        (redis(&"n".repeat(58), json!({})), "at most 57 characters"),
+        // Names: DNS-1035 labels short enough for `<name>-replicas`.
+        (redis(&"n".repeat(55), json!({})), "at most 54 characters"),
+        (redis(&"n".repeat(56), json!({})), "at most 54 characters"),
+        (redis(&"n".repeat(58), json!({})), "at most 54 characters"),
         (redis("Upper-Case", json!({})), "metadata.name"),
+        (redis("1st-cache", json!({})), "must be a DNS-1035 label"),
+        (redis("cache.v2", json!({})), "must be a DNS-1035 label"),
         (
             app(
                 "app-negative",
@@ -197,7 +345,15 @@ fn rejected() -> Vec<(Value, &'static str)> {
             ),
             "at most 57 characters",
         ),
-    ]
+    ];
+    let mut cases: Vec<(Value, String)> =
+        cases.drain(..).map(|(v, m)| (v, m.to_string())).collect();
+    cases.extend(
+        rejected_config()
+            .into_iter()
+            .map(|(name, config, message)| (configured(name, config), message)),
+    );
+    cases
 }
 
 #[tokio::test]
@@ -219,10 +375,12 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         .await
         .unwrap();
 
-    let cases = rejected();
-    let mut tried = 0;
-    for (object, expected) in &cases {
-        let path = crate::harness::logs_dir().join(format!("{}-{tried}.json", env.namespace));
+    // Every case is refused with its message; `refused` counts the
+    // refusals seen, `reported` the objects accepted and then reported.
+    let mut refused = 0;
+    let mut reported = 0;
+    for (i, (object, expected)) in rejected().iter().enumerate() {
+        let path = crate::harness::logs_dir().join(format!("{}-{i}.json", env.namespace));
         std::fs::write(&path, object.to_string()).unwrap();
         // Server-side strict field validation, as kubectl does by default.
         let (ok, out, err) =
@@ -230,10 +388,10 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         let name = object["metadata"]["name"].as_str().unwrap();
         assert!(!ok, "{name} was accepted: {out}");
         assert!(
-            err.contains(expected),
+            err.contains(expected.as_str()),
             "{name}: expected {expected:?} in: {err}"
         );
-        tried += 1;
+        refused += 1;
     }
 
     // Accepted by the schema, but impossible: reported, not acted on.
@@ -278,7 +436,6 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         )
         .await
         .unwrap();
-        tried += 1;
     }
     let condition = |a: &Application, reason: &str| {
         a.status.as_ref().is_some_and(|s| {
@@ -291,6 +448,7 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         condition(&apps.get("app-expressions").await.ok()?, "InvalidSpec").then_some(())
     })
     .await;
+    reported += 1;
     wait_for("port-a to converge", TIMEOUT, || async {
         let a = apps.get("port-a").await.ok()?;
         (a.status?.workflow?.available_replicas == Some(1)).then_some(())
@@ -302,11 +460,11 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
     )
     .await
     .unwrap();
-    tried += 1;
     wait_for("FailedService on port-b", TIMEOUT, || async {
         condition(&apps.get("port-b").await.ok()?, "FailedService").then_some(())
     })
     .await;
+    reported += 1;
     // A quantity the schema cannot check: every Pod create fails, which the
     // Redis reports.
     redises
@@ -320,16 +478,65 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         )
         .await
         .unwrap();
-    tried += 1;
+    let redis_condition = |r: &Redis, type_: &str, reason: &str| {
+        r.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.reason == reason)
+        })
+    };
     wait_for("FailedCreate on bad-resources", TIMEOUT, || async {
         let r = redises.get("bad-resources").await.ok()?;
-        r.status?
-            .conditions
-            .iter()
-            .any(|c| {
-                c.type_ == "ReplicaFailure" && c.status == "True" && c.reason == "FailedCreate"
-            })
-            .then_some(())
+        redis_condition(&r, "ReplicaFailure", "FailedCreate").then_some(())
+    })
+    .await;
+    reported += 1;
+    // A directive given twice in different cases, which CEL does not
+    // compare: the operator reports it and creates no Pod.
+    redises
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(configured(
+                "twice",
+                json!({"maxmemory": "1mb", "MAXMEMORY": "2mb"}),
+            ))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let twice = wait_for("InvalidSpec on twice", TIMEOUT, || async {
+        let r = redises.get("twice").await.ok()?;
+        redis_condition(&r, "Replicated", "InvalidSpec").then_some(r)
+    })
+    .await;
+    reported += 1;
+
+    // The longest name admitted, with multi-word values: its Pods and both
+    // Services (`<name>-replicas` is 63 characters) are created.
+    let longest = "l".repeat(podkeeper::api::redis::MAX_NAME_LENGTH);
+    redises
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(configured(
+                &longest,
+                json!({
+                    "save": "3600 1 300 100",
+                    "client-output-buffer-limit": "replica 256mb 64mb 60",
+                    "list-max-listpack-size": "-2",
+                    "proc-title-template": "{title}",
+                }),
+            ))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = env.api();
+    wait_for("both Services of the longest name", TIMEOUT, || async {
+        let replicas = format!("{longest}-replicas");
+        assert_eq!(replicas.len(), 63);
+        services.get_opt(&longest).await.ok()??;
+        services.get_opt(&replicas).await.ok()??;
+        Some(())
     })
     .await;
     let events: Api<Event> = env.api();
@@ -382,6 +589,13 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
     })
     .await;
     assert_eq!(count(copycat.metadata.uid.clone().unwrap()).await, 1);
-    assert!(tried >= 30, "only {tried} hostile inputs");
+    assert_eq!(count(twice.metadata.uid.clone().unwrap()).await, 0);
+    wait_for("the longest name's Pod", TIMEOUT, || async {
+        let r = redises.get(&longest).await.ok()?;
+        (count(r.metadata.uid.clone()?).await == 1).then_some(())
+    })
+    .await;
+    assert!(refused >= 63, "only {refused} refusals seen");
+    assert_eq!(reported, 4, "reported, not acted on");
     op.assert_running();
 }

@@ -1015,18 +1015,20 @@ async fn a_generated_password_guards_every_member_and_replication_uses_it() {
         .unwrap()
         .pod
         .clone();
+    // redis-cli takes the member's password variable from REDISCLI_AUTH,
+    // as the readiness probe does: it is on no command line.
     let authed = |pod: &str, command: &[&str]| {
-        let mut args = vec![
-            "redis-cli",
-            "-p",
-            "6379",
-            "--no-auth-warning",
-            "-a",
-            &password,
-        ];
-        args.extend_from_slice(command);
-        exec(&env, pod, &args)
+        let script = format!(
+            "REDISCLI_AUTH=\"${}\" exec redis-cli -p 6379 {}",
+            podkeeper::redis::replication::config::PASSWORD_ENV,
+            command.join(" ")
+        );
+        exec(&env, pod, &["sh", "-c", &script])
     };
+    for pod in [&primary, &replica] {
+        let (ok, cmdline) = exec(&env, pod, &["cat", "/proc/1/cmdline"]);
+        assert!(ok && !cmdline.contains(&password), "{pod}: {cmdline:?}");
+    }
     let (_, out) = exec(
         &env,
         &primary,

@@ -728,7 +728,8 @@ async fn invalid_specs_are_rejected_at_admission_with_clear_messages() {
         ),
         ("empty-image", json!({"image": ""}), "spec.image"),
         ("wrong-type", json!({"replicas": "three"}), "spec.replicas"),
-        (&"x".repeat(58), json!({}), "at most 57 characters"),
+        (&"x".repeat(55), json!({}), "at most 54 characters"),
+        ("9lives", json!({}), "DNS-1035"),
     ];
     for (name, spec, expected) in cases {
         let manifest = json!({

@@ -232,6 +232,14 @@ async fn auth_config_and_failover_are_validated() {
         ),
         (json!({"config": {"PORT": "7000"}}), "spec.config"),
         (json!({"config": {"bad name": "x"}}), "directive names"),
+        (
+            json!({"config": {"rename-command": "CONFIG x"}}),
+            "spec.config.rename-command: it would hide commands",
+        ),
+        (
+            json!({"config": {"maxmemory-policy": "allkeys-lru --replicaof 10.0.0.9 6379"}}),
+            "spec.config.maxmemory-policy: a word starting with '--'",
+        ),
         (json!({"failover": {"afterSeconds": 0}}), "afterSeconds"),
         (
             json!({"failover": {"switchoverTimeoutSeconds": 601}}),
@@ -254,14 +262,14 @@ async fn auth_config_and_failover_are_validated() {
     // the reason, and a Warning Event.
     create(
         &env,
-        "renamed",
-        json!({"replicas": 2, "config": {"rename-command": "CONFIG x"}}),
+        "bad-maxmemory",
+        json!({"replicas": 2, "config": {"maxmemory": "lots"}}),
     )
     .await
     .unwrap();
     let redis: Api<Redis> = env.api();
     let r = wait_for("InvalidSpec", TIMEOUT, || async {
-        let r = redis.get("renamed").await.ok()?;
+        let r = redis.get("bad-maxmemory").await.ok()?;
         (condition(&r, "Replicated")?.1 == "InvalidSpec").then_some(r)
     })
     .await;
@@ -269,10 +277,10 @@ async fn auth_config_and_failover_are_validated() {
         condition(&r, "Replicated")
             .unwrap()
             .2
-            .contains("rename-command")
+            .contains("spec.config.maxmemory")
     );
     assert!(live_pods(&env, &r.uid().unwrap()).await.is_empty());
-    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/renamed"]);
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/bad-maxmemory"]);
     assert!(ok && out.contains("InvalidSpec"), "{out}");
 
     // spec.auth naming a Secret that does not exist: podkeeper creates it

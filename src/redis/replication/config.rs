@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use kube::core::{Message, Rule};
+
 use crate::redis::replication::error::ConfigError;
 use crate::redis::replication::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
 
@@ -58,13 +60,9 @@ const OWNED: &[(&str, &str)] = &[
     ),
 ];
 
-/// The names of the directives podkeeper sets itself (the CRD's CEL rule
-/// refuses the same list).
-pub fn owned_directives() -> impl Iterator<Item = &'static str> {
-    OWNED.iter().map(|(name, _)| *name)
-}
-
-/// Directives (or prefixes, ending in `-`) podkeeper does not support.
+/// Directives podkeeper does not let `spec.config` set, though it does not
+/// set them itself, with the reason (an exact name, or a prefix ending in
+/// `-`).
 const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "rename-command",
@@ -78,9 +76,177 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "aclfile",
         "ACL users could lock the operator out; use spec.auth",
     ),
+    (
+        "replica-read-only",
+        "replicas must refuse writes: a write taken by a replica is lost at its next sync",
+    ),
+    (
+        "slave-read-only",
+        "replicas must refuse writes: a write taken by a replica is lost at its next sync",
+    ),
+    (
+        "replica-announced",
+        "the operator finds the replicas in their primary's INFO replication",
+    ),
+    (
+        "min-replicas-to-write",
+        "podkeeper is to set it to fence a primary cut off from its replicas",
+    ),
+    (
+        "min-replicas-max-lag",
+        "podkeeper is to set it to fence a primary cut off from its replicas",
+    ),
+    (
+        "min-slaves-to-write",
+        "podkeeper is to set it to fence a primary cut off from its replicas",
+    ),
+    (
+        "min-slaves-max-lag",
+        "podkeeper is to set it to fence a primary cut off from its replicas",
+    ),
+    (
+        "unixsocket",
+        "redis-server listens on TCP only, where the operator and the probes reach it",
+    ),
+    (
+        "unixsocketperm",
+        "redis-server listens on TCP only, where the operator and the probes reach it",
+    ),
+    (
+        "enable-protected-configs",
+        "it would let clients change dir and other directives podkeeper owns at run time",
+    ),
+    (
+        "enable-debug-command",
+        "DEBUG can change a member's replication ID and stall or crash it",
+    ),
     ("cluster-", "Redis Cluster mode is not supported"),
     ("tls-", "TLS is not supported yet"),
 ];
+
+/// The names of the directives podkeeper sets itself.
+pub fn owned_directives() -> impl Iterator<Item = &'static str> {
+    OWNED.iter().map(|(name, _)| *name)
+}
+
+/// Every name `spec.config` may not set, exact or as a prefix (ending in
+/// `-`): the directives podkeeper owns and those it does not support.
+pub fn refused_directives() -> impl Iterator<Item = &'static str> {
+    OWNED.iter().chain(UNSUPPORTED).map(|(name, _)| *name)
+}
+
+/// Why `spec.config` may not set the directive `lower` (lower case), if so.
+fn refusal(lower: &str) -> Option<String> {
+    if let Some((_, why)) = OWNED.iter().find(|(n, _)| *n == lower) {
+        return Some(format!("{OWNED_TEXT} ({why})"));
+    }
+    UNSUPPORTED
+        .iter()
+        .find(|(n, _)| {
+            if n.ends_with('-') {
+                lower.starts_with(n)
+            } else {
+                *n == lower
+            }
+        })
+        .map(|(_, why)| why.to_string())
+}
+
+/// What the error says of a directive podkeeper owns.
+pub const OWNED_TEXT: &str = "podkeeper sets this directive itself";
+/// What the error says of a value with a control character.
+pub const CONTROL_TEXT: &str = "the value must be one line of printable text (no line breaks, tabs or other control characters)";
+/// What the error says of a value with a word redis-server reads as another
+/// directive.
+pub const DIRECTIVE_TEXT: &str = "a word starting with '--', or a lone '-', would make redis-server read what follows as another directive (values are split on spaces into the directive's arguments)";
+/// What the error says of a value with quotes.
+pub const QUOTES_TEXT: &str = "quotes are not interpreted: the value is split on spaces into the directive's arguments (an empty value is one empty argument)";
+
+/// The regular expressions (RE2, as CEL's `matches`) of what a value must
+/// not hold, with the error's text; [`validate`] checks the same in Rust.
+const VALUE_PATTERNS: [(&str, &str); 3] = [
+    (r"[\x00-\x1f\x7f]", CONTROL_TEXT),
+    (r"(^|\s)-(-|\s|$)", DIRECTIVE_TEXT),
+    (r#"["']"#, QUOTES_TEXT),
+];
+
+/// `s` as a CEL string literal.
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// The CRD's rule that refuses every directive of [`refused_directives`]
+/// (in any case), with a message naming the directive and giving the same
+/// reason as [`validate`]'s error.
+pub fn refused_names_rule() -> Rule {
+    let mut reasons: Vec<String> = Vec::new();
+    let mut exact = Vec::new();
+    let mut prefixes = Vec::new();
+    for name in refused_directives() {
+        let reason = refusal(name).unwrap_or_default();
+        let i = reasons
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or_else(|| {
+                reasons.push(reason);
+                reasons.len() - 1
+            });
+        if name.ends_with('-') {
+            prefixes.push((name, i));
+        } else {
+            exact.push((name, i));
+        }
+    }
+    let k = "k.lowerAscii()";
+    let names: Vec<String> = exact.iter().map(|(n, _)| cel_string(n)).collect();
+    let mut refused = format!("{k} in [{}]", names.join(", "));
+    for (p, _) in &prefixes {
+        refused += &format!(" || {k}.startsWith({})", cel_string(p));
+    }
+    let exact_reason: Vec<String> = exact
+        .iter()
+        .map(|(n, i)| format!("{}: {i}", cel_string(n)))
+        .collect();
+    let mut which = format!("{{{}}}[{k}]", exact_reason.join(", "));
+    for (p, i) in prefixes.iter().rev() {
+        which = format!("({k}.startsWith({}) ? {i} : {which})", cel_string(p));
+    }
+    let reasons: Vec<String> = reasons.iter().map(|r| cel_string(r)).collect();
+    Rule::new(format!("self.all(k, !({refused}))")).message(Message::Expression(format!(
+        "self.filter(k, {refused}).map(k, 'spec.config.' + k + ': ' + [{}][{which}])[0]",
+        reasons.join(", ")
+    )))
+}
+
+/// The CRD's rules that refuse every value redis-server could read as
+/// more than one directive's, or misread: one per pattern of what a value
+/// must not hold, with a message naming the directive.
+pub fn value_rules() -> [Rule; 3] {
+    VALUE_PATTERNS.map(|(pattern, text)| {
+        let matches = format!("self[k].matches({})", cel_string(pattern));
+        Rule::new(format!("self.all(k, !{matches})")).message(Message::Expression(format!(
+            "self.filter(k, {matches}).map(k, 'spec.config.' + k + ': ' + {})[0]",
+            cel_string(text)
+        )))
+    })
+}
+
+/// What is wrong with `value`, as [`VALUE_PATTERNS`] says in RE2.
+fn value_problem(value: &str) -> Option<&'static str> {
+    if value.chars().any(|c| c.is_ascii_control()) {
+        return Some(CONTROL_TEXT);
+    }
+    if value
+        .split_ascii_whitespace()
+        .any(|w| w == "-" || w.starts_with("--"))
+    {
+        return Some(DIRECTIVE_TEXT);
+    }
+    if value.contains(['"', '\'']) {
+        return Some(QUOTES_TEXT);
+    }
+    None
+}
 
 /// Defaults the user may override: no persistence (there are no volumes).
 const DEFAULTS: &[(&str, &str)] = &[("save", ""), ("appendonly", "no")];
@@ -103,20 +269,11 @@ pub fn validate(
         if !valid_name(&lower) {
             return Err(ConfigError::BadName(name.clone()));
         }
-        if let Some((_, why)) = OWNED.iter().find(|(n, _)| *n == lower) {
-            return Err(ConfigError::Owned(name.clone(), why));
+        if let Some(why) = refusal(&lower) {
+            return Err(ConfigError::Refused(name.clone(), why));
         }
-        if let Some((_, why)) = UNSUPPORTED.iter().find(|(n, _)| {
-            if n.ends_with('-') {
-                lower.starts_with(n)
-            } else {
-                *n == lower
-            }
-        }) {
-            return Err(ConfigError::Unsupported(name.clone(), why));
-        }
-        if value.contains(['\n', '\r', '\0']) {
-            return Err(ConfigError::BadValue(name.clone()));
+        if let Some(why) = value_problem(value) {
+            return Err(ConfigError::BadValue(name.clone(), why));
         }
         if lower == "maxmemory" && redis_bytes(value).is_none() {
             return Err(ConfigError::BadMaxmemory(value.clone()));
@@ -214,11 +371,44 @@ pub fn config_args(
     Ok(args)
 }
 
+/// The shell script that starts redis-server with a password: it writes
+/// `requirepass` and `masterauth` as redis.conf lines to redis-server's
+/// standard input (`-`, which redis-server 7 reads before its other
+/// arguments when it is the last one), so the password is in neither the
+/// Pod spec nor redis-server's command line. The password is quoted for
+/// redis.conf with shell built-ins only (no other process sees it): `\`,
+/// `"` and line feeds are escaped inside double quotes, every other byte
+/// stands for itself. The variable is unset before the exec, so
+/// redis-server's environment does not hold it either. `$@` is the
+/// arguments.
+pub const AUTH_SCRIPT: &str = r#"p=$REDIS_PASSWORD
+unset REDIS_PASSWORD
+bs='\' dq='"' nl='
+'
+q=
+while :; do
+  h=${p%%["$bs$dq$nl"]*}
+  q=$q$h
+  [ "$h" = "$p" ] && break
+  p=${p#"$h"}
+  case $p in
+    "$nl"*) q=$q'\n' ;;
+    *) q=$q$bs${p%"${p#?}"} ;;
+  esac
+  p=${p#?}
+done
+exec redis-server "$@" - <<EOF
+requirepass "$q"
+masterauth "$q"
+EOF
+"#;
+
 /// The container's command and arguments: redis-server on `port`, starting
 /// as a replica of the placeholder (never as an empty primary), with the
-/// directives of [`config_args`]. With `auth`, it runs through `sh -c` so
-/// that the password comes from [`PASSWORD_ENV`] and never appears in the
-/// Pod spec.
+/// directives of [`config_args`]. With `auth`, it runs through `sh -c`
+/// [`AUTH_SCRIPT`], which passes the password from [`PASSWORD_ENV`] on
+/// redis-server's standard input: it is in neither the Pod spec nor any
+/// process's command line.
 pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<String>, Vec<String>) {
     let mut args = vec![
         "--port".to_string(),
@@ -233,10 +423,7 @@ pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<Str
     if !auth {
         return (vec!["redis-server".into()], args);
     }
-    let script = format!(
-        "exec redis-server \"$@\" --requirepass \"${PASSWORD_ENV}\" --masterauth \"${PASSWORD_ENV}\""
-    );
-    let mut sh_args = vec!["-c".to_string(), script, "redis-server".into()];
+    let mut sh_args = vec!["-c".to_string(), AUTH_SCRIPT.into(), "redis-server".into()];
     sh_args.extend(args);
     (vec!["sh".into()], sh_args)
 }
@@ -267,7 +454,7 @@ mod tests {
             "REPLICAOF",
         ] {
             let err = validate(&map(&[(name, "x")])).unwrap_err();
-            assert!(matches!(err, ConfigError::Owned(..)), "{name}: {err}");
+            assert!(matches!(err, ConfigError::Refused(..)), "{name}: {err}");
             assert!(
                 err.to_string()
                     .starts_with(&format!("spec.config.{name}: ")),
@@ -286,17 +473,34 @@ mod tests {
         for name in [
             "rename-command",
             "cluster-enabled",
+            "Cluster-Config-File",
             "tls-port",
             "user",
             "aclfile",
+            "replica-read-only",
+            "slave-read-only",
+            "replica-announced",
+            "unixsocket",
+            "min-replicas-to-write",
+            "min-slaves-max-lag",
+            "enable-debug-command",
+            "enable-protected-configs",
         ] {
+            let err = validate(&map(&[(name, "x")])).unwrap_err();
+            assert!(matches!(err, ConfigError::Refused(..)), "{name}");
             assert!(
-                matches!(
-                    validate(&map(&[(name, "x")])),
-                    Err(ConfigError::Unsupported(..))
-                ),
-                "{name}"
+                err.to_string()
+                    .starts_with(&format!("spec.config.{name}: ")),
+                "{err}"
             );
+        }
+        for name in [
+            "set-proc-title",
+            "proc-title-template",
+            "loadmodule",
+            "pidfile",
+        ] {
+            assert!(validate(&map(&[(name, "x")])).is_ok(), "{name}");
         }
     }
 
@@ -312,7 +516,7 @@ mod tests {
         ));
         assert!(matches!(
             validate(&map(&[("maxmemory-policy", "a\nport 1")])),
-            Err(ConfigError::BadValue(_))
+            Err(ConfigError::BadValue(_, CONTROL_TEXT))
         ));
         assert!(matches!(
             validate(&map(&[("maxmemory", "1"), ("MAXMEMORY", "2")])),
@@ -368,6 +572,81 @@ mod tests {
     }
 
     #[test]
+    fn values_redis_server_would_read_as_more_than_one_directive_are_refused() {
+        for value in [
+            "allkeys-lru",
+            "3600 1 300 100",
+            "replica 256mb 64mb 60",
+            "-2",
+            "-1 -2",
+            "",
+            "  ",
+            "a\\b",
+            "x-y--z",
+            "{title} {listen-addr}",
+        ] {
+            assert_eq!(value_problem(value), None, "{value:?}");
+            assert!(validate(&map(&[("save", value)])).is_ok(), "{value:?}");
+        }
+        for (value, why) in [
+            ("allkeys-lru --replicaof 10.0.0.9 6379", DIRECTIVE_TEXT),
+            ("--port 1", DIRECTIVE_TEXT),
+            ("x --", DIRECTIVE_TEXT),
+            ("x -", DIRECTIVE_TEXT),
+            ("-", DIRECTIVE_TEXT),
+            ("a\nport 1", CONTROL_TEXT),
+            ("a\r", CONTROL_TEXT),
+            ("a\tb", CONTROL_TEXT),
+            ("a\u{0b}--port 1", CONTROL_TEXT),
+            ("\0", CONTROL_TEXT),
+            ("a\u{7f}", CONTROL_TEXT),
+            ("\"3600 1\"", QUOTES_TEXT),
+            ("'x'", QUOTES_TEXT),
+            ("\"\"", QUOTES_TEXT),
+        ] {
+            let err = validate(&map(&[("maxmemory-policy", value)])).unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::BadValue("maxmemory-policy".into(), why),
+                "{value:?}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with("spec.config.maxmemory-policy: ")
+            );
+        }
+    }
+
+    /// The CRD's rules carry every refused directive with the reason that
+    /// `validate` gives, and a pattern per value check.
+    #[test]
+    fn the_crd_rules_are_generated_from_the_same_lists() {
+        let rule = refused_names_rule();
+        for name in refused_directives() {
+            assert!(rule.rule.contains(&cel_string(name)), "{name}");
+            let probe = if name.ends_with('-') {
+                format!("{name}x")
+            } else {
+                name.to_string()
+            };
+            let err = validate(&map(&[(&probe, "x")])).unwrap_err().to_string();
+            let reason = err.strip_prefix(&format!("spec.config.{probe}: ")).unwrap();
+            let Some(Message::Expression(message)) = &rule.message else {
+                panic!("a message expression");
+            };
+            assert!(message.contains(&cel_string(reason)), "{name}: {reason}");
+        }
+        for (rule, (pattern, text)) in value_rules().iter().zip(VALUE_PATTERNS) {
+            assert!(rule.rule.contains(&cel_string(pattern)));
+            let Some(Message::Expression(message)) = &rule.message else {
+                panic!("a message expression");
+            };
+            assert!(message.contains(&cel_string(text)) && message.contains("'spec.config.' + k"));
+        }
+        assert_eq!(cel_string(r"a'b\c"), r"'a\'b\\c'");
+    }
+
+    #[test]
     fn pods_start_as_replicas_of_the_placeholder_and_never_show_the_password() {
         let (cmd, args) = server_command(6379, &[], false);
         assert_eq!(cmd, ["redis-server"]);
@@ -375,9 +654,116 @@ mod tests {
             args[..5],
             ["--port", "6379", "--replicaof", "127.0.0.1", "1"]
         );
-        let (cmd, args) = server_command(6379, &[], true);
+        let (cmd, args) = server_command(6379, &["--save".into(), String::new()], true);
         assert_eq!(cmd, ["sh"]);
-        assert!(args[1].contains("\"$REDIS_PASSWORD\""));
+        assert_eq!(args[..3], ["-c", AUTH_SCRIPT, "redis-server"]);
+        assert!(AUTH_SCRIPT.contains(&format!("p=${PASSWORD_ENV}\nunset {PASSWORD_ENV}\n")));
         assert!(args.iter().any(|a| a == "--replicaof"));
+        for a in &args[3..] {
+            assert!(!a.contains("requirepass") && !a.contains("masterauth") && !a.contains('$'));
+        }
+    }
+
+    /// redis.conf's reading of a double-quoted string (`sdssplitargs`):
+    /// `\n`, `\r`, `\t`, `\b`, `\a`, `\xHH`, else `\c` is `c`.
+    fn redis_conf_unquote(quoted: &str) -> Vec<u8> {
+        let inner = quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .expect("double-quoted");
+        let bytes = inner.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => {
+                    let c = bytes[i + 1];
+                    match c {
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'b' => out.push(8),
+                        b'a' => out.push(7),
+                        b'x' => panic!("the script writes no hex escapes"),
+                        c => out.push(c),
+                    }
+                    i += 2;
+                }
+                b'"' => panic!("an unescaped quote ends the string early: {quoted}"),
+                c => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// The start script, run by /bin/sh with a redis-server that records
+    /// its arguments and standard input: the password is in the redis.conf
+    /// lines on stdin, quoted so that redis-server reads it back byte for
+    /// byte, and nowhere in the arguments or the environment.
+    #[test]
+    fn the_start_script_passes_any_password_on_stdin_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("redis-server");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$OUT/args\"\nenv > \"$OUT/env\"\ncat > \"$OUT/stdin\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:{}",
+            dir.path().display(),
+            std::env::var("PATH").unwrap()
+        );
+        for password in [
+            "plain",
+            "s3cret with spaces",
+            r#"q"uo"te's $HOME `id` $(id) \ back\\slash \"#,
+            "\\",
+            "\"",
+            "*?[a] ( ! -n = ; & | < >",
+            "line\nfeed\r\ttab",
+            "\nleading and trailing\n",
+            "ünïcödé ✓",
+            "-",
+            "--port 1",
+        ] {
+            let (cmd, args) = server_command(7000, &["--save".into(), String::new()], true);
+            let status = std::process::Command::new(&cmd[0])
+                .args(&args)
+                .env("PATH", &path)
+                .env("OUT", dir.path())
+                .env(PASSWORD_ENV, password)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+            let argv = read("args");
+            let argv: Vec<&str> = argv.lines().collect();
+            assert_eq!(argv.last(), Some(&"-"), "stdin is the last argument");
+            assert_eq!(argv[..2], ["--port", "7000"]);
+            if password.len() >= 5 {
+                assert!(
+                    !argv.join("\n").contains(password),
+                    "{password:?} in {argv:?}"
+                );
+            }
+            assert!(!read("env").contains(PASSWORD_ENV));
+            let stdin = read("stdin");
+            let lines: Vec<&str> = stdin.lines().collect();
+            assert_eq!(lines.len(), 2, "{stdin:?}");
+            for (line, directive) in lines.iter().zip(["requirepass ", "masterauth "]) {
+                let quoted = line.strip_prefix(directive).unwrap();
+                assert_eq!(
+                    redis_conf_unquote(quoted),
+                    password.as_bytes(),
+                    "{password:?} as {quoted}"
+                );
+            }
+        }
     }
 }

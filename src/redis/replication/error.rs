@@ -57,16 +57,17 @@ impl ClientError {
 /// A `spec.config` that podkeeper refuses.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("spec.config.{0}: podkeeper sets this directive itself ({1})")]
-    Owned(String, &'static str),
+    /// A directive podkeeper owns or does not support, and why.
     #[error("spec.config.{0}: {1}")]
-    Unsupported(String, &'static str),
+    Refused(String, String),
     #[error(
         "spec.config: {0:?} is not a redis.conf directive name (lower-case letters, digits and '-')"
     )]
     BadName(String),
-    #[error("spec.config.{0}: the value must not be empty or contain line breaks")]
-    BadValue(String),
+    /// A value redis-server could read as more than one directive's, or
+    /// misread, and why.
+    #[error("spec.config.{0}: {1}")]
+    BadValue(String, &'static str),
     #[error("spec.config: {0} is given twice (directive names are case-insensitive)")]
     Duplicate(String),
     #[error("spec.config.maxmemory: {0:?} is not a size (bytes, or a number with kb, mb, gb)")]

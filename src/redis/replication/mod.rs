@@ -55,12 +55,13 @@
 //! lose writes. Scale-down never picks the primary.
 //!
 //! **Auth.** `spec.auth` names a Secret key. The container gets it as an
-//! environment variable from `secretKeyRef` and passes it to redis-server
-//! as `--requirepass`/`--masterauth` through `sh -c` (see
-//! [`config::server_command`]), so the password is in neither the Pod spec
-//! nor the operator's logs ([`client::Endpoint`]'s Debug redacts it); it is
-//! on redis-server's command line inside the container. The operator reads
-//! the same Secret to log in.
+//! environment variable from `secretKeyRef`; a `sh -c` script writes it,
+//! quoted for redis.conf, as `requirepass` and `masterauth` lines to
+//! redis-server's standard input (see [`config::AUTH_SCRIPT`]), so the
+//! password is in neither the Pod spec, nor redis-server's command line or
+//! environment, nor the operator's logs ([`client::Endpoint`]'s Debug
+//! redacts it). The probe's redis-cli takes it from `REDISCLI_AUTH`. The
+//! operator reads the same Secret to log in.
 //!
 //! **Links.** A replica that follows the right address but whose link is
 //! down is left to Redis, which reconnects every second (`REPLICAOF` to the
@@ -69,8 +70,10 @@
 //! sees it.
 //!
 //! **Config.** `spec.config` takes redis.conf directives, minus those the
-//! operator owns (see [`config::validate`]). `maxmemory` defaults to 75 % of
-//! the container's memory limit.
+//! operator owns or that break what it relies on, and refuses values
+//! redis-server would read as more than one directive (see
+//! [`config::validate`]; the CRD's rules are generated from the same
+//! lists). `maxmemory` defaults to 75 % of the container's memory limit.
 //!
 //! Left out here: persistence volumes, TLS, backups, Redis Cluster mode,
 //! Sentinel.
