@@ -228,6 +228,11 @@ pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<Str
         PLACEHOLDER_PORT.to_string(),
         "--protected-mode".into(),
         "no".into(),
+        // Replicas hear from their primary every second, so that their
+        // `master_last_io_seconds_ago` is a second opinion on whether it
+        // lives (the default, 10 s, is longer than a failover waits).
+        "--repl-ping-replica-period".into(),
+        "1".into(),
     ];
     args.extend(config_args.iter().cloned());
     if !auth {
