@@ -40,6 +40,8 @@ fn settings() -> Settings {
     Settings {
         failover_after: Duration::from_secs(1),
         switchover_timeout: Duration::from_secs(5),
+        min_replicas_to_write: 1,
+        min_replicas_max_lag_seconds: 1,
     }
 }
 
@@ -192,6 +194,9 @@ struct Set {
     memory: Memory,
     retiring: BTreeSet<String>,
     password: Option<String>,
+    /// The API server refuses the record of a promotion (a conflict, a
+    /// lost lease, a webhook): the round must promote no one.
+    refuse_records: bool,
 }
 
 impl Set {
@@ -207,6 +212,7 @@ impl Set {
             memory: Memory::default(),
             retiring: BTreeSet::new(),
             password: password.map(str::to_string),
+            refuse_records: false,
         }
     }
 
@@ -233,8 +239,16 @@ impl Set {
         self.servers.iter_mut().find(|s| s.name == name).unwrap()
     }
 
-    /// One reconcile: observe, plan, execute, record.
+    /// One reconcile: observe, plan, record, execute.
     async fn round(&mut self) -> Round {
+        let refuse = self.refuse_records;
+        let record = async |_: &RecordedPrimary| {
+            if refuse {
+                Err("refused by the test's API server".to_string())
+            } else {
+                Ok(())
+            }
+        };
         let round = act::reconcile(
             &self.pods(),
             self.recorded.as_ref(),
@@ -246,6 +260,7 @@ impl Set {
             },
             &self.memory,
             Timestamp::now(),
+            record,
         )
         .await;
         if let Some(e) = &round.outcome.error {
@@ -258,6 +273,7 @@ impl Set {
             .map(|p: &PrimaryStatus| RecordedPrimary {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
+                term: p.term,
             });
         round
     }
@@ -355,7 +371,7 @@ async fn three_servers_become_one_primary_and_two_linked_replicas() {
             assert_eq!((m.role.as_str(), m.link_status.as_str()), ("replica", "up"));
         }
     }
-    let (ok, reason, _) = act::replicated_condition(&round.plan, &round.outcome);
+    let (ok, reason, _) = act::replicated_condition(&round.plan, &round.outcome, None);
     assert!(ok, "{reason}");
 }
 
@@ -627,7 +643,18 @@ async fn an_old_primary_that_returns_is_fenced() {
         Some(Role::Primary),
         "promoted"
     );
+    let term = set.recorded.as_ref().unwrap().term;
+    assert_eq!(term, 2, "the second primary of the set");
+    let node = set.server(&new).node().await.unwrap();
+    assert!(
+        write_acked(&node, "during", 1).await.unwrap(),
+        "the new primary acknowledges"
+    );
+    drop(node);
 
+    // The leader dies; a new one, which never saw the old primary fall
+    // silent, starts from the record alone.
+    set.memory = Memory::default();
     set.server(&old).signal("CONT");
     // It answers again, as a primary: two primaries for the moment...
     let start = Instant::now();
@@ -665,6 +692,114 @@ async fn an_old_primary_that_returns_is_fenced() {
         set.server(&old).get("before").await.as_deref(),
         Some("before")
     );
+    assert_eq!(
+        set.server(&old).get("during").await.as_deref(),
+        Some("during"),
+        "what the new primary acknowledged survives the old one's return"
+    );
+    assert_eq!(set.recorded.as_ref().unwrap().term, term);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_that_cannot_be_recorded_is_not_carried_out() {
+    let mut set = Set::start(3, None).await;
+    let old = set.converge().await;
+    let writer = Writer::start(vec![set.server(&old).endpoint()], false);
+    writer.wait_for(100).await;
+    set.server_mut(&old).kill9().await;
+    let (acked, _) = writer.finish().await;
+
+    // The API server refuses the record: rounds go by, nobody is promoted.
+    set.refuse_records = true;
+    let round = set
+        .until("a promotion refused", |r| r.unrecorded.is_some())
+        .await;
+    assert!(round.outcome.done.is_empty(), "{:?}", round.outcome.done);
+    for _ in 0..5 {
+        let round = set.round().await;
+        assert!(round.outcome.done.is_empty(), "{:?}", round.outcome.done);
+        assert_eq!(
+            round.primary.as_ref().map(|p| p.pod.as_str()),
+            Some(old.as_str())
+        );
+        let (ok, reason, _) =
+            act::replicated_condition(&round.plan, &round.outcome, round.unrecorded.as_deref());
+        assert!(!ok);
+        assert_eq!(reason, "PromotionNotRecorded");
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(set.primaries().await.is_empty(), "no one was promoted");
+
+    // Once the record goes through, the promotion follows.
+    set.refuse_records = false;
+    let round = set
+        .until("a new primary", |r| {
+            r.primary.as_ref().is_some_and(|p| p.pod != old) && r.outcome.ok()
+        })
+        .await;
+    let new = round.plan.primary.unwrap();
+    assert_eq!(set.primaries().await, vec![new.clone()]);
+    let lost = missing(set.server(&new), &acked).await;
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_next() {
+    let mut set = Set::start(3, None).await;
+    let old = set.converge().await;
+    let before = set.recorded.clone().unwrap();
+    let writer = Writer::start(vec![set.server(&old).endpoint()], false);
+    writer.wait_for(100).await;
+    set.server_mut(&old).kill9().await;
+    let (acked, _) = writer.finish().await;
+
+    // The leader observes, plans, records the promotion, and dies before
+    // it sends REPLICAOF NO ONE.
+    let access = Access {
+        password: None,
+        timeouts: timeouts(),
+        route: &Route::PodNetwork,
+    };
+    let start = Instant::now();
+    let written = loop {
+        let (members, _) = act::observe(&set.pods(), &access, &set.memory, Timestamp::now()).await;
+        let plan = podkeeper::redis::replication::topology::plan(
+            &members,
+            set.recorded.as_ref(),
+            &settings(),
+            Timestamp::now(),
+        );
+        if let Some(r) = act::record_first(&plan) {
+            break r.clone();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no promotion planned: {plan:#?}"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    assert_eq!(written.term, before.term + 1);
+    assert!(set.primaries().await.is_empty(), "recorded, not promoted");
+
+    // A new leader starts from that record.
+    set.recorded = Some(written.clone());
+    set.memory = Memory::default();
+    let round = set
+        .until("the recorded member promoted", |r| {
+            r.members
+                .iter()
+                .any(|m| m.pod == written.pod && m.info().is_some_and(|i| i.role == Role::Primary))
+        })
+        .await;
+    assert_eq!(round.plan.primary.as_deref(), Some(written.pod.as_str()));
+    assert_eq!(
+        set.recorded.as_ref().unwrap().term,
+        written.term,
+        "no further term"
+    );
+    assert_eq!(set.primaries().await, vec![written.pod.clone()]);
+    let lost = missing(set.server(&written.pod), &acked).await;
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

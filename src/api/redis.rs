@@ -127,10 +127,21 @@ pub struct RedisSpec {
     #[x_kube(validation = value_rules()[2].clone())]
     pub config: BTreeMap<String, String>,
 
-    /// When to fail over, and how long a planned switchover may pause writes.
+    /// When to fail over, how long a planned switchover may pause writes,
+    /// and when a primary cut off from its replicas stops taking writes.
     #[serde(default)]
+    #[x_kube(validation = Rule::new(WRITE_FENCE_RULE).message(WRITE_FENCE_MESSAGE))]
     pub failover: FailoverSpec,
 }
+
+/// A primary cut off from its replicas must stop taking writes before a
+/// replica is promoted in its place: it refuses them once no replica has
+/// acknowledged for `minReplicasMaxLagSeconds` (plus up to 2 s: Redis counts
+/// whole seconds and refreshes the count once a second), and podkeeper
+/// promotes no sooner than `afterSeconds` after it lost sight of it.
+pub const WRITE_FENCE_RULE: &str =
+    "self.minReplicasToWrite == 0 || self.afterSeconds >= self.minReplicasMaxLagSeconds + 3";
+pub const WRITE_FENCE_MESSAGE: &str = "spec.failover.afterSeconds must be at least minReplicasMaxLagSeconds + 3 (or minReplicasToWrite 0): a cut-off primary must stop taking writes before a replica is promoted in its place";
 
 /// At most 64 directives of at most 1024 characters each (keeps the CEL
 /// rules' cost bounded).
@@ -274,6 +285,23 @@ pub struct FailoverSpec {
     #[serde(default = "default_switchover_timeout")]
     #[schemars(range(min = 1, max = 600))]
     pub switchover_timeout_seconds: u32,
+    /// The primary refuses writes while fewer replicas than this have
+    /// acknowledged within `minReplicasMaxLagSeconds` (redis-server's
+    /// `min-replicas-to-write`, set by podkeeper on every member, capped at
+    /// the number of replicas), and its Pod turns NotReady so that the
+    /// `<name>` Service stops sending it clients. So a primary cut off from
+    /// the rest stops taking writes that a failover would discard. The cost:
+    /// while every replica is down (or, with 2 members, while the one
+    /// replica is replaced) writes are refused. 0 turns it off.
+    #[serde(default = "default_min_replicas_to_write")]
+    #[schemars(range(min = 0, max = 999))]
+    pub min_replicas_to_write: u32,
+    /// Seconds since a replica's last acknowledgement (replicas acknowledge
+    /// every second) after which it no longer counts for
+    /// `minReplicasToWrite` (`min-replicas-max-lag`).
+    #[serde(default = "default_min_replicas_max_lag")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub min_replicas_max_lag_seconds: u32,
 }
 
 impl Default for FailoverSpec {
@@ -281,8 +309,17 @@ impl Default for FailoverSpec {
         FailoverSpec {
             after_seconds: default_after_seconds(),
             switchover_timeout_seconds: default_switchover_timeout(),
+            min_replicas_to_write: default_min_replicas_to_write(),
+            min_replicas_max_lag_seconds: default_min_replicas_max_lag(),
         }
     }
+}
+
+fn default_min_replicas_to_write() -> u32 {
+    1
+}
+fn default_min_replicas_max_lag() -> u32 {
+    2
 }
 
 fn default_after_seconds() -> u32 {
@@ -301,6 +338,12 @@ pub struct PrimaryStatus {
     /// The `run_id` of its redis-server process when it was chosen; a
     /// different run_id means the process restarted and lost its data.
     pub run_id: String,
+    /// Goes up by one with every new primary. A promotion is recorded here
+    /// (a write that fails if anyone wrote the status since it was read)
+    /// before it is carried out, so no later round, restarted operator or
+    /// new leader can take an older primary for the current one.
+    #[serde(default)]
+    pub term: u64,
 }
 
 /// One entry of `status.members`.
@@ -362,14 +405,21 @@ mod tests {
         let failover = FailoverSpec::default();
         assert_eq!(failover.after_seconds, 5);
         assert_eq!(failover.switchover_timeout_seconds, 10);
+        assert_eq!(failover.min_replicas_to_write, 1);
+        assert_eq!(failover.min_replicas_max_lag_seconds, 2);
         let primary = PrimaryStatus {
             pod: "r-abcde".into(),
             run_id: "x".into(),
+            term: 3,
         };
         assert_eq!(
             serde_json::to_value(&primary).unwrap(),
-            serde_json::json!({"pod": "r-abcde", "runId": "x"})
+            serde_json::json!({"pod": "r-abcde", "runId": "x", "term": 3})
         );
+        // Recorded before terms existed: term 0.
+        let old: PrimaryStatus =
+            serde_json::from_value(serde_json::json!({"pod": "p", "runId": "x"})).unwrap();
+        assert_eq!(old.term, 0);
         assert_eq!(replicas_service_name("r"), "r-replicas");
         assert_eq!(primary_service_name("r"), "r");
     }

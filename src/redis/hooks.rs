@@ -19,7 +19,7 @@ use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
 use crate::api::names::{FIELD_MANAGER, ROLE_LABEL};
-use crate::api::redis::{MemberStatus, PrimaryStatus};
+use crate::api::redis::{MemberStatus, PrimaryStatus, REPLICATED_CONDITION};
 use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
@@ -34,6 +34,7 @@ use crate::runtime::failure::{Failure, api_message};
 use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{cleanup_services, owned_named, owned_services};
+use crate::runtime::status::Pace;
 
 /// How often to look again while no member answers at all.
 pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
@@ -180,6 +181,8 @@ fn settings(redis: &Redis) -> Settings {
     Settings {
         failover_after: Duration::from_secs(u64::from(f.after_seconds.max(1))),
         switchover_timeout: Duration::from_secs(u64::from(f.switchover_timeout_seconds.max(1))),
+        min_replicas_to_write: f.min_replicas_to_write,
+        min_replicas_max_lag_seconds: f.min_replicas_max_lag_seconds,
     }
 }
 
@@ -346,6 +349,7 @@ impl Extras<Redis> for ReplicationExtras {
             .map(|p| RecordedPrimary {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
+                term: p.term,
             });
         // Redis's order of a rollout (`rollout.rs`): replicas first, the
         // primary handed over, then the old primary.
@@ -365,10 +369,7 @@ impl Extras<Redis> for ReplicationExtras {
                     )
                     .await;
                 return Replication {
-                    primary: recorded.map(|r| PrimaryStatus {
-                        pod: r.pod,
-                        run_id: r.run_id,
-                    }),
+                    primary: recorded.as_ref().map(act::status_of),
                     members: redis
                         .status
                         .as_ref()
@@ -383,6 +384,22 @@ impl Extras<Redis> for ReplicationExtras {
         let port = u16::try_from(redis.spec.port).unwrap_or(6379);
         let refs = pod_refs(&pods, port, &retiring);
         let silence = self.silence(&owner.reference.uid);
+        // A promotion is recorded in status.primary before it is carried
+        // out, by a write that fails when anyone (another leader, a
+        // user) wrote the status since this reconcile read it.
+        let record_promotion = async |next: &RecordedPrimary| {
+            let mut status = redis.status.clone().unwrap_or_default();
+            status.primary = Some(act::status_of(next));
+            match ctx
+                .status
+                .write(redis, redis.status.as_ref(), &status, Pace::Now)
+                .await
+            {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("the status changed since it was read".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
         let round = act::reconcile(
             &refs,
             recorded.as_ref(),
@@ -394,8 +411,23 @@ impl Extras<Redis> for ReplicationExtras {
             },
             &silence,
             Timestamp::now(),
+            record_promotion,
         )
         .await;
+        if let Some(e) = &round.unrecorded {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "PromotionNotRecorded",
+                    "Replicate",
+                    format!("Promoted no one: the new primary could not be recorded first ({e}); trying again"),
+                )
+                .await;
+        }
+        for (pod, e) in &round.unfenced {
+            tracing::warn!(%pod, error = %e, "cannot set the write fence (min-replicas-to-write)");
+        }
 
         let primary = round.primary.as_ref().map(|p| p.pod.clone());
         rollout::after_round(
@@ -446,7 +478,32 @@ impl Extras<Redis> for ReplicationExtras {
 
         move_labels(ctx, owner, &pods, primary.as_deref()).await;
 
-        let condition = act::replicated_condition(&round.plan, &round.outcome);
+        let condition =
+            act::replicated_condition(&round.plan, &round.outcome, round.unrecorded.as_deref());
+        // Waits that a person may want to act on are told once, when they
+        // begin (the condition holds them meanwhile).
+        let before = redis
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == REPLICATED_CONDITION)
+            })
+            .map(|c| c.reason.as_str());
+        if matches!(condition.1, "OperatorCutOff" | "AheadMemberSilent")
+            && before != Some(condition.1)
+        {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    condition.1,
+                    "Failover",
+                    condition.2.clone(),
+                )
+                .await;
+        }
         // Nothing answers at all (no container yet, or no Redis behind the
         // Pod IPs, as on kwok): nothing can be done until something does,
         // and the Pod events of a container that starts or restarts bring

@@ -509,6 +509,7 @@ mod tests {
             primary: Some(PrimaryStatus {
                 pod: "a".into(),
                 run_id: "x".into(),
+                term: 1,
             }),
             condition: Some((true, "Replicated", "a is primary".into())),
             ..Default::default()

@@ -54,12 +54,18 @@ pub enum Pace {
     /// At rest: the write that brings the object here is never deferred;
     /// changes at rest (replication flapping) are paced again.
     AtRest,
+    /// A record that must be written before anything it describes is done
+    /// (a Redis's new primary): never deferred.
+    Now,
 }
 
 /// How long a status write after `last` waits, if it does: never for the
 /// write that brings the object to rest, and for a new generation only while
 /// just its terminating Pods are left, up to [`DRAIN_GRACE`].
 fn deferred(last: &Written, generation: Option<i64>, pace: Pace) -> Option<Duration> {
+    if pace == Pace::Now {
+        return None;
+    }
     if last.generation != generation {
         return match (pace, last.held_since) {
             (Pace::Draining, Some((held, since))) if held == generation => DRAIN_GRACE

@@ -11,9 +11,9 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::redis::{MemberStatus, PrimaryStatus};
 use crate::redis::replication::client::{self, Access, Node};
 use crate::redis::replication::error::{ActionError, ClientError};
-use crate::redis::replication::info::Role;
+use crate::redis::replication::info::{ReplicationInfo, Role};
 use crate::redis::replication::topology::{
-    self, Action, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
+    self, Action, LastSeen, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
 };
 
 /// A member Pod as the Pod cache shows it.
@@ -31,36 +31,58 @@ pub struct PodRef {
 }
 
 /// What the operator remembers about one Redis between reconciles: since
-/// when each member has been silent, and when a switchover was last sent
-/// from each primary. Keep one per Redis object for the life of the
-/// operator; a restarted operator starts afresh (so a failover takes at
-/// most `failover_after` longer, never less).
+/// when each member has been silent and what it said when it last answered,
+/// when a switchover was last sent from each primary, and the write fence
+/// each member's process was given. Keep one per Redis object for the life
+/// of the operator; a restarted operator starts afresh (so a failover takes
+/// at most `failover_after` longer, never less).
 #[derive(Debug, Default)]
 pub struct Memory {
     silent_since: Mutex<HashMap<String, Timestamp>>,
+    last_seen: Mutex<HashMap<String, LastSeen>>,
     switchover_sent: Mutex<HashMap<String, Timestamp>>,
+    /// Per Pod: the run_id of the process and the fence it was given.
+    fenced: Mutex<HashMap<String, (String, WriteFence)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Memory {
-    fn note(&self, pod: &str, answered: bool, now: Timestamp) -> Option<Timestamp> {
-        let mut since = self.silent_since.lock().unwrap_or_else(|e| e.into_inner());
-        if answered {
-            since.remove(pod);
-            None
-        } else {
-            Some(*since.entry(pod.to_string()).or_insert(now))
+    fn note(&self, pod: &str, answered: Option<&ReplicationInfo>, now: Timestamp) -> Observed {
+        let mut since = locked(&self.silent_since);
+        let mut last = locked(&self.last_seen);
+        match answered {
+            Some(i) => {
+                since.remove(pod);
+                last.insert(pod.to_string(), LastSeen::of(i));
+                Observed::Info(i.clone())
+            }
+            None => Observed::Unreachable {
+                since: *since.entry(pod.to_string()).or_insert(now),
+                last: last.get(pod).cloned(),
+            },
         }
     }
 
     fn retain(&self, pods: &[PodRef]) {
         let keep = |p: &String| pods.iter().any(|r| &r.pod == p);
-        let mut since = self.silent_since.lock().unwrap_or_else(|e| e.into_inner());
-        since.retain(|p, _| keep(p));
-        let mut sent = self
-            .switchover_sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        sent.retain(|p, _| keep(p));
+        locked(&self.silent_since).retain(|p, _| keep(p));
+        locked(&self.last_seen).retain(|p, _| keep(p));
+        locked(&self.switchover_sent).retain(|p, _| keep(p));
+        locked(&self.fenced).retain(|p, _| keep(p));
+    }
+
+    /// Whether `pod`'s process (`run_id`) still needs `fence`.
+    fn needs_fence(&self, pod: &str, run_id: &str, fence: WriteFence) -> bool {
+        locked(&self.fenced)
+            .get(pod)
+            .is_none_or(|(r, f)| r != run_id || *f != fence)
+    }
+
+    fn note_fence(&self, pod: &str, run_id: &str, fence: WriteFence) {
+        locked(&self.fenced).insert(pod.to_string(), (run_id.to_string(), fence));
     }
 
     fn switchover_sent(&self, from: &str) -> Option<Timestamp> {
@@ -134,16 +156,12 @@ pub async fn observe(
     let mut errors = Vec::new();
     for (p, answer) in pods.iter().zip(answers) {
         let observed = match answer {
-            Some(Ok(info)) => {
-                memory.note(&p.pod, true, now);
-                Observed::Info(info)
-            }
+            Some(Ok(info)) => memory.note(&p.pod, Some(&info), now),
             other => {
                 if let Some(Err(e)) = other {
                     errors.push((p.pod.clone(), e));
                 }
-                let since = memory.note(&p.pod, false, now).unwrap_or(now);
-                Observed::Unreachable { since }
+                memory.note(&p.pod, None, now)
             }
         };
         members.push(Member {
@@ -272,30 +290,89 @@ pub async fn execute(plan: &Plan, access: &Access<'_>) -> Outcome {
     outcome
 }
 
-/// status.primary after a plan ran: the plan's choice once its promotion
-/// (if any) succeeded; otherwise what was recorded before.
-pub fn record(
-    plan: &Plan,
-    outcome: &Outcome,
-    recorded: Option<&RecordedPrimary>,
-) -> Option<PrimaryStatus> {
-    let promoting = plan
-        .actions
-        .iter()
-        .any(|a| matches!(a, Action::Promote { .. }));
-    let promoted = outcome
-        .done
-        .iter()
-        .any(|a| matches!(a, Action::Promote { .. }));
-    let chosen = if promoting && !promoted {
-        recorded
-    } else {
-        plan.record.as_ref().or(recorded)
-    };
-    chosen.map(|r| PrimaryStatus {
+/// status.primary after a plan ran: the plan's choice. A promotion's was
+/// written before it ran ([`record_first`]) and stands whether or not the
+/// promotion then succeeded: the next round carries it out or, when the
+/// member it names still follows a live primary that never stopped, adopts
+/// that one under a new term.
+pub fn record(plan: &Plan, recorded: Option<&RecordedPrimary>) -> Option<PrimaryStatus> {
+    plan.record.as_ref().or(recorded).map(status_of)
+}
+
+pub fn status_of(r: &RecordedPrimary) -> PrimaryStatus {
+    PrimaryStatus {
         pod: r.pod.clone(),
         run_id: r.run_id.clone(),
-    })
+        term: r.term,
+    }
+}
+
+/// The record a plan needs written before it runs: the member it promotes,
+/// with the next term. Written first, a promotion is never lost to a
+/// restart or a new leader that would then take the older primary, still
+/// reachable, for the current one and fence the new. Switchovers need none:
+/// a primary that handed over with `FAILOVER` follows its successor, which
+/// the next round adopts.
+pub fn record_first(plan: &Plan) -> Option<&RecordedPrimary> {
+    plan.actions
+        .iter()
+        .any(|a| matches!(a, Action::Promote { .. }))
+        .then_some(plan.record.as_ref())
+        .flatten()
+}
+
+/// `min-replicas-to-write` and `min-replicas-max-lag` of every member.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteFence {
+    pub min_replicas: u32,
+    pub max_lag_seconds: u32,
+}
+
+impl WriteFence {
+    /// `spec.failover`'s fence for a set of `members`: never more replicas
+    /// than the set has besides the primary (a single member takes writes).
+    pub fn for_members(min_replicas: u32, max_lag_seconds: u32, members: usize) -> Self {
+        let replicas = u32::try_from(members.saturating_sub(1)).unwrap_or(u32::MAX);
+        WriteFence {
+            min_replicas: min_replicas.min(replicas),
+            max_lag_seconds: max_lag_seconds.max(1),
+        }
+    }
+}
+
+/// Gives every member that answers the write fence, once per process: a
+/// primary cut off from its replicas then refuses writes by itself, even
+/// where the operator cannot reach it. Returns the members it could not
+/// give it to.
+async fn fence_writes(
+    members: &[Member],
+    fence: WriteFence,
+    access: &Access<'_>,
+    memory: &Memory,
+) -> Vec<(String, ClientError)> {
+    let due: Vec<(&Member, &str)> = members
+        .iter()
+        .filter_map(|m| Some((m, m.info()?.run_id.as_str())))
+        .filter(|(m, run_id)| memory.needs_fence(&m.pod, run_id, fence))
+        .collect();
+    let results = join_all(due.iter().map(|(m, _)| async move {
+        let ip = m.ip.as_deref().unwrap_or_default();
+        let node = Node::connect_via(access, &m.pod, &access.endpoint(ip, m.port)).await?;
+        node.config_set_many(&[
+            ("min-replicas-to-write", &fence.min_replicas.to_string()),
+            ("min-replicas-max-lag", &fence.max_lag_seconds.to_string()),
+        ])
+        .await
+    }))
+    .await;
+    let mut errors = Vec::new();
+    for ((m, run_id), r) in due.into_iter().zip(results) {
+        match r {
+            Ok(()) => memory.note_fence(&m.pod, run_id, fence),
+            Err(e) => errors.push((m.pod.clone(), e)),
+        }
+    }
+    errors
 }
 
 /// status.members: each member's role and replication state.
@@ -322,7 +399,20 @@ pub fn member_statuses(members: &[Member]) -> Vec<MemberStatus> {
 }
 
 /// The `Replicated` condition: status, reason, message.
-pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static str, String) {
+pub fn replicated_condition(
+    plan: &Plan,
+    outcome: &Outcome,
+    unrecorded: Option<&str>,
+) -> (bool, &'static str, String) {
+    if let Some(e) = unrecorded {
+        return (
+            false,
+            "PromotionNotRecorded",
+            format!(
+                "a new primary is chosen but could not be recorded first, so none is promoted: {e}"
+            ),
+        );
+    }
     if let Some(e) = &outcome.error {
         return (false, "ReplicationCommandFailed", e.to_string());
     }
@@ -354,6 +444,25 @@ pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static s
             "SwitchoverDeferred",
             format!("the last switchover did not complete; the next is sent at {until}"),
         ),
+        Some(Waiting::OperatorCutOff { pod, witness }) => (
+            false,
+            "OperatorCutOff",
+            format!(
+                "{pod} does not answer the operator, but {witness} is linked to it and hears from it: the operator is the one cut off, so no failover"
+            ),
+        ),
+        Some(Waiting::AheadMemberSilent {
+            pod,
+            candidate,
+            bytes,
+            until,
+        }) => (
+            false,
+            "AheadMemberSilent",
+            format!(
+                "{pod} is silent and was {bytes} bytes ahead of {candidate}, the best member that answers, when last seen: it may hold acknowledged writes, so {candidate} is not promoted before {until} unless {pod} answers or its Pod goes"
+            ),
+        ),
         Some(Waiting::NoSwitchoverTarget) => (
             false,
             "NoSwitchoverTarget",
@@ -372,15 +481,23 @@ pub fn replicated_condition(plan: &Plan, outcome: &Outcome) -> (bool, &'static s
     }
 }
 
-/// One observe-plan-execute round, as a reconcile runs it.
+/// One observe-plan-record-execute round, as a reconcile runs it.
 pub struct Round {
     pub members: Vec<Member>,
     pub silent: Vec<(String, ClientError)>,
     pub plan: Plan,
     pub outcome: Outcome,
     pub primary: Option<PrimaryStatus>,
+    /// Why a promotion was not recorded, and so not carried out.
+    pub unrecorded: Option<String>,
+    /// Members that could not be given the write fence.
+    pub unfenced: Vec<(String, ClientError)>,
 }
 
+/// The order of a round: observe every member, give each the write fence,
+/// plan, record a promotion (`record`, a write that fails rather than
+/// overwrite a newer record) and only then carry the plan out. When the
+/// record fails, nothing is done.
 pub async fn reconcile(
     pods: &[PodRef],
     recorded: Option<&RecordedPrimary>,
@@ -388,8 +505,15 @@ pub async fn reconcile(
     access: &Access<'_>,
     memory: &Memory,
     now: Timestamp,
+    record_promotion: impl AsyncFnOnce(&RecordedPrimary) -> Result<(), String>,
 ) -> Round {
     let (members, silent) = observe(pods, access, memory, now).await;
+    let fence = WriteFence::for_members(
+        settings.min_replicas_to_write,
+        settings.min_replicas_max_lag_seconds,
+        members.len(),
+    );
+    let unfenced = fence_writes(&members, fence, access, memory).await;
     let mut plan = topology::plan(&members, recorded, settings, now);
     if let Some(from) = plan.actions.iter().find_map(|a| match a {
         Action::Switchover { from, .. } => Some(from.clone()),
@@ -401,14 +525,33 @@ pub async fn reconcile(
             memory.note_switchover(&from, now);
         }
     }
+    if let Some(next) = record_first(&plan)
+        && let Err(e) = record_promotion(next).await
+    {
+        return Round {
+            primary: recorded.map(status_of),
+            members,
+            silent,
+            outcome: Outcome::default(),
+            plan: Plan {
+                actions: Vec::new(),
+                requeue_after: topology::CONVERGE_PERIOD,
+                ..plan
+            },
+            unrecorded: Some(e),
+            unfenced,
+        };
+    }
     let outcome = execute(&plan, access).await;
-    let primary = record(&plan, &outcome, recorded);
+    let primary = record(&plan, recorded);
     Round {
         members,
         silent,
         plan,
         outcome,
         primary,
+        unrecorded: None,
+        unfenced,
     }
 }
 
@@ -426,6 +569,7 @@ mod tests {
             link_up: role == Role::Replica,
             sync_in_progress: false,
             slave_repl_offset: (role == Role::Replica).then_some(offset),
+            master_last_io_seconds: (role == Role::Replica).then_some(0),
             master_repl_offset: offset,
             master_replid: "h".into(),
             failover_state: "no-failover".into(),
@@ -452,6 +596,7 @@ mod tests {
             record: Some(RecordedPrimary {
                 pod: "b".into(),
                 run_id: "rb".into(),
+                term: 2,
             }),
             actions: vec![Action::Promote {
                 pod: "b".into(),
@@ -466,12 +611,29 @@ mod tests {
     }
 
     #[test]
-    fn status_primary_changes_only_once_the_promotion_succeeded() {
+    fn a_promotion_is_recorded_before_it_runs_and_the_record_stands() {
         let old = RecordedPrimary {
             pod: "a".into(),
             run_id: "ra".into(),
+            term: 1,
         };
         let plan = promote_plan();
+        assert_eq!(record_first(&plan), plan.record.as_ref());
+        // Whether or not REPLICAOF NO ONE then succeeded, status.primary
+        // keeps the record written first: writing the older one back would
+        // let a later round fence the member that may already be primary.
+        let now = record(&plan, Some(&old)).unwrap();
+        assert_eq!(
+            (now.pod.as_str(), now.run_id.as_str(), now.term),
+            ("b", "rb", 2)
+        );
+        // A switchover, or a plan that keeps the primary, records nothing
+        // first.
+        let keep = Plan {
+            actions: vec![],
+            ..promote_plan()
+        };
+        assert_eq!(record_first(&keep), None);
         let failed = Outcome {
             done: vec![],
             error: Some(ActionError {
@@ -483,17 +645,36 @@ mod tests {
                 },
             }),
         };
-        assert_eq!(record(&plan, &failed, Some(&old)).unwrap().pod, "a");
-        let done = Outcome {
-            done: plan.actions.clone(),
-            error: None,
-        };
-        let now = record(&plan, &done, Some(&old)).unwrap();
-        assert_eq!((now.pod.as_str(), now.run_id.as_str()), ("b", "rb"));
-        let (ok, reason, message) = replicated_condition(&plan, &failed);
+        let (ok, reason, message) = replicated_condition(&plan, &failed, None);
         assert!(!ok);
         assert_eq!(reason, "ReplicationCommandFailed");
         assert!(message.contains("timed out"), "{message}");
+        let (ok, reason, message) =
+            replicated_condition(&plan, &Outcome::default(), Some("conflict"));
+        assert!(!ok);
+        assert_eq!(reason, "PromotionNotRecorded");
+        assert!(message.contains("conflict"), "{message}");
+    }
+
+    #[test]
+    fn terms_go_up_with_each_new_primary_only() {
+        let a1 = RecordedPrimary::next(None, "a", "ra");
+        assert_eq!(a1.term, 1);
+        assert_eq!(RecordedPrimary::next(Some(&a1), "a", "ra").term, 1);
+        let b2 = RecordedPrimary::next(Some(&a1), "b", "rb");
+        assert_eq!(b2.term, 2);
+        // The same Pod with a new process is a new primary too.
+        assert_eq!(RecordedPrimary::next(Some(&b2), "b", "rb2").term, 3);
+    }
+
+    #[test]
+    fn the_write_fence_never_asks_for_more_replicas_than_the_set_has() {
+        let f = |n, members| WriteFence::for_members(n, 2, members).min_replicas;
+        assert_eq!(f(1, 1), 0, "a single member takes writes");
+        assert_eq!(f(1, 3), 1);
+        assert_eq!(f(2, 2), 1);
+        assert_eq!(f(0, 3), 0, "turned off");
+        assert_eq!(f(1, 0), 0);
     }
 
     #[test]
@@ -510,6 +691,7 @@ mod tests {
                 "10.0.0.4",
                 Observed::Unreachable {
                     since: Timestamp::UNIX_EPOCH,
+                    last: None,
                 },
             ),
         ];
@@ -529,18 +711,29 @@ mod tests {
     }
 
     #[test]
-    fn silence_is_counted_from_the_first_miss_and_forgotten_on_an_answer() {
+    fn silence_is_counted_from_the_first_miss_and_the_last_answer_is_kept() {
         let s = Memory::default();
         let t0 = Timestamp::from_second(100).unwrap();
         let t1 = Timestamp::from_second(105).unwrap();
-        assert_eq!(s.note("a", false, t0), Some(t0));
-        assert_eq!(s.note("a", false, t1), Some(t0));
-        assert_eq!(s.note("a", true, t1), None);
-        assert_eq!(s.note("a", false, t1), Some(t1));
+        let silent = |since, last| Observed::Unreachable { since, last };
+        assert_eq!(s.note("a", None, t0), silent(t0, None));
+        assert_eq!(s.note("a", None, t1), silent(t0, None));
+        let answer = info(Role::Replica, 900);
+        assert_eq!(
+            s.note("a", Some(&answer), t1),
+            Observed::Info(answer.clone())
+        );
+        assert_eq!(
+            s.note("a", None, t1),
+            silent(t1, Some(LastSeen::of(&answer))),
+            "silent again: since now, and what it said last"
+        );
+        assert_eq!(LastSeen::of(&answer).offset, 900);
+        assert!(LastSeen::of(&answer).linked);
         s.retain(&[]);
         assert_eq!(
-            s.note("a", false, t0),
-            Some(t0),
+            s.note("a", None, t0),
+            silent(t0, None),
             "forgotten once the Pod is gone"
         );
     }
@@ -583,6 +776,8 @@ mod tests {
         let settings = Settings {
             failover_after: Duration::from_secs(5),
             switchover_timeout: Duration::from_secs(1),
+            min_replicas_to_write: 1,
+            min_replicas_max_lag_seconds: 2,
         };
         assert_eq!(switchover_cooldown(&settings), Duration::from_secs(5));
     }

@@ -302,6 +302,16 @@ impl Node {
         .await
     }
 
+    /// `CONFIG SET k1 v1 k2 v2 ...`: all or none (Redis 7).
+    pub async fn config_set_many(&self, pairs: &[(&str, &str)]) -> Result<(), ClientError> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET");
+        for (k, v) in pairs {
+            cmd.arg(*k).arg(*v);
+        }
+        self.query::<()>("CONFIG SET", &cmd).await
+    }
+
     /// `CONFIG GET key`: the value, if the directive exists.
     pub async fn config_get(&self, key: &str) -> Result<Option<String>, ClientError> {
         let pairs: Vec<String> = self

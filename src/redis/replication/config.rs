@@ -90,19 +90,19 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     (
         "min-replicas-to-write",
-        "podkeeper is to set it to fence a primary cut off from its replicas",
+        "podkeeper sets it to fence a primary cut off from its replicas (use spec.failover.minReplicasToWrite and minReplicasMaxLagSeconds)",
     ),
     (
         "min-replicas-max-lag",
-        "podkeeper is to set it to fence a primary cut off from its replicas",
+        "podkeeper sets it to fence a primary cut off from its replicas (use spec.failover.minReplicasToWrite and minReplicasMaxLagSeconds)",
     ),
     (
         "min-slaves-to-write",
-        "podkeeper is to set it to fence a primary cut off from its replicas",
+        "podkeeper sets it to fence a primary cut off from its replicas (use spec.failover.minReplicasToWrite and minReplicasMaxLagSeconds)",
     ),
     (
         "min-slaves-max-lag",
-        "podkeeper is to set it to fence a primary cut off from its replicas",
+        "podkeeper sets it to fence a primary cut off from its replicas (use spec.failover.minReplicasToWrite and minReplicasMaxLagSeconds)",
     ),
     (
         "unixsocket",
@@ -119,6 +119,14 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "enable-debug-command",
         "DEBUG can change a member's replication ID and stall or crash it",
+    ),
+    (
+        "repl-ping-replica-period",
+        "podkeeper sets it to 1 s: replicas' traffic from their primary is the second opinion before a failover",
+    ),
+    (
+        "repl-ping-slave-period",
+        "podkeeper sets it to 1 s: replicas' traffic from their primary is the second opinion before a failover",
     ),
     ("cluster-", "Redis Cluster mode is not supported"),
     ("tls-", "TLS is not supported yet"),
@@ -418,6 +426,11 @@ pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<Str
         PLACEHOLDER_PORT.to_string(),
         "--protected-mode".into(),
         "no".into(),
+        // Replicas hear from their primary every second, so that their
+        // `master_last_io_seconds_ago` is a second opinion on whether it
+        // lives (the default, 10 s, is longer than a failover waits).
+        "--repl-ping-replica-period".into(),
+        "1".into(),
     ];
     args.extend(config_args.iter().cloned());
     if !auth {

@@ -64,6 +64,9 @@ pub struct ReplicationInfo {
     pub sync_in_progress: bool,
     /// Replicas only: the offset of the replication stream applied so far.
     pub slave_repl_offset: Option<i64>,
+    /// Replicas only, while the link is up: seconds since the replica last
+    /// heard from its primary (podkeeper has primaries ping every second).
+    pub master_last_io_seconds: Option<i64>,
     /// The server's own replication offset.
     pub master_repl_offset: i64,
     /// The id of the replication history this server's data belongs to.
@@ -157,6 +160,7 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
         link_up: false,
         sync_in_progress: false,
         slave_repl_offset: None,
+        master_last_io_seconds: None,
         master_repl_offset,
         master_replid,
         failover_state,
@@ -171,9 +175,16 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
             "slave_repl_offset",
             required(&f, "slave_repl_offset")?,
         )?);
+        // Absent (or -1) while the link is down.
+        info.master_last_io_seconds = f
+            .get("master_last_io_seconds_ago")
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|s| *s >= 0);
     }
     let connected: usize = number("connected_slaves", required(&f, "connected_slaves")?)?;
-    for n in 0..connected {
+    // The count is the server's word: never look for more lines than the
+    // answer holds.
+    for n in 0..connected.min(f.len()) {
         let key = format!("slave{n}");
         // A replica may disconnect between the count and the list.
         if let Some(line) = f.get(key.as_str()) {
@@ -240,6 +251,17 @@ mod tests {
         assert!(info.link_up);
         assert!(!info.sync_in_progress);
         assert_eq!(info.offset(), 1500);
+        assert_eq!(info.master_last_io_seconds, Some(2));
+    }
+
+    #[test]
+    fn a_count_of_replicas_larger_than_the_answer_costs_nothing() {
+        let text = PRIMARY.replace(
+            "connected_slaves:2",
+            "connected_slaves:18446744073709551615",
+        );
+        let info = parse_replication(&text, "r".into()).unwrap();
+        assert_eq!(info.connected_replicas.len(), 2);
     }
 
     #[test]
@@ -247,9 +269,14 @@ mod tests {
         let text = REPLICA
             .replace("master_host:10.0.0.1", "master_host:127.0.0.1")
             .replace("master_port:6379", "master_port:1")
-            .replace("master_link_status:up", "master_link_status:down");
+            .replace("master_link_status:up", "master_link_status:down")
+            .replace(
+                "master_last_io_seconds_ago:2",
+                "master_last_io_seconds_ago:-1",
+            );
         let info = parse_replication(&text, "r".into()).unwrap();
         assert!(!info.link_up);
+        assert_eq!(info.master_last_io_seconds, None);
         assert!(info.follows("127.0.0.1", 1));
     }
 

@@ -15,21 +15,28 @@ pub fn role_label_patch(role: &str) -> serde_json::Value {
 }
 
 /// The shell command of the readiness probe: Ready means the member serves
-/// the data, as a primary or as a replica whose link to its primary is up
-/// (`master_link_status:up` comes once the full sync is loaded). A replica
-/// that still follows the start-up placeholder, or is loading a sync, would
-/// answer reads from an empty or partial dataset, so the `<name>-replicas`
-/// Service (ready Pods only) must not send it any. With a password,
-/// redis-cli takes it from `REDISCLI_AUTH`, set from the container's
-/// password variable, so it is not on the command line.
+/// the data, as a primary that takes writes or as a replica whose link to
+/// its primary is up (`master_link_status:up` comes once the full sync is
+/// loaded). A replica that still follows the start-up placeholder, or is
+/// loading a sync, would answer reads from an empty or partial dataset, so
+/// the `<name>-replicas` Service (ready Pods only) must not send it any. A
+/// primary with fewer good replicas than its `min-replicas-to-write` (the
+/// write fence podkeeper sets) refuses writes, so the `<name>` Service must
+/// not send it clients either. With a password, redis-cli takes it from
+/// `REDISCLI_AUTH`, set from the container's password variable, so it is
+/// not on the command line.
 pub fn readiness_command(port: u16, password: bool) -> String {
     let auth = if password {
-        format!("REDISCLI_AUTH=\"${PASSWORD_ENV}\" ")
+        format!("export REDISCLI_AUTH=\"${PASSWORD_ENV}\"; ")
     } else {
         String::new()
     };
     format!(
-        "{auth}redis-cli -p {port} info replication | grep -Eq '^(role:master|master_link_status:up)'"
+        "{auth}i=$(redis-cli -p {port} info replication) || exit 1; \
+         case \"$i\" in *role:master*) ;; *) printf '%s' \"$i\" | grep -q '^master_link_status:up'; exit $?;; esac; \
+         need=$(redis-cli -p {port} config get min-replicas-to-write | sed -n 2p); \
+         good=$(printf '%s' \"$i\" | sed -n 's/^min_slaves_good_slaves:\\([0-9]*\\).*/\\1/p'); \
+         [ \"${{need:-0}}\" -eq 0 ] || [ \"${{good:-0}}\" -ge \"$need\" ]"
     )
 }
 

@@ -66,10 +66,33 @@ pub struct Member {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Observed {
     Info(ReplicationInfo),
-    /// No answer (or no IP) since this time.
+    /// No answer (or no IP) since this time; what it said when it last
+    /// answered, if it did while this operator watched.
     Unreachable {
         since: Timestamp,
+        last: Option<LastSeen>,
     },
+}
+
+/// What a member said the last time it answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastSeen {
+    /// Its replication offset ([`ReplicationInfo::offset`]).
+    pub offset: i64,
+    /// The replication history the offset counts in.
+    pub replid: String,
+    /// A replica with its link to the primary up.
+    pub linked: bool,
+}
+
+impl LastSeen {
+    pub fn of(i: &ReplicationInfo) -> Self {
+        LastSeen {
+            offset: i.offset(),
+            replid: i.master_replid.clone(),
+            linked: i.role == Role::Replica && i.link_up,
+        }
+    }
 }
 
 impl Member {
@@ -90,11 +113,30 @@ impl Member {
     }
 }
 
-/// `status.primary`: the chosen primary and its process' run_id.
+/// `status.primary`: the chosen primary, its process' run_id, and the
+/// term it was chosen in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordedPrimary {
     pub pod: String,
     pub run_id: String,
+    pub term: u64,
+}
+
+impl RecordedPrimary {
+    /// The record that names `pod` (with `run_id`) after `before`: the same
+    /// term when it names the same process, the next one otherwise.
+    pub fn next(before: Option<&RecordedPrimary>, pod: &str, run_id: &str) -> RecordedPrimary {
+        let term = match before {
+            Some(b) if b.pod == pod && b.run_id == run_id => b.term,
+            Some(b) => b.term + 1,
+            None => 1,
+        };
+        RecordedPrimary {
+            pod: pod.to_string(),
+            run_id: run_id.to_string(),
+            term,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +145,22 @@ pub struct Settings {
     pub failover_after: Duration,
     /// The TIMEOUT of a planned `FAILOVER`.
     pub switchover_timeout: Duration,
+    /// `spec.failover.minReplicasToWrite` and `minReplicasMaxLagSeconds`:
+    /// the write fence every member gets (see `act::WriteFence`).
+    pub min_replicas_to_write: u32,
+    pub min_replicas_max_lag_seconds: u32,
 }
+
+impl Settings {
+    /// How long a silent member that was ahead of every candidate holds a
+    /// promotion back, counted from when it fell silent.
+    pub fn ahead_wait(&self) -> Duration {
+        self.failover_after * AHEAD_WAIT_FACTOR
+    }
+}
+
+/// [`Settings::ahead_wait`] in units of `failover_after`.
+pub const AHEAD_WAIT_FACTOR: u32 = 3;
 
 /// Why a `REPLICAOF host port` is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +238,18 @@ pub enum Waiting {
     /// The primary must be handed over but no replica is linked, caught up
     /// and ready.
     NoSwitchoverTarget,
+    /// The primary does not answer the operator, but a replica reports its
+    /// link to it up and recent traffic: the operator is the one cut off.
+    OperatorCutOff { pod: String, witness: String },
+    /// The best member that answers is behind a silent one that was a
+    /// linked replica when last seen (it may hold writes a `WAIT`
+    /// acknowledged): promote nothing until `until`, unless it answers.
+    AheadMemberSilent {
+        pod: String,
+        candidate: String,
+        bytes: i64,
+        until: Timestamp,
+    },
     /// A switchover from this primary was sent recently and did not
     /// complete; the next may go at `until` (set by `act`, which remembers).
     SwitchoverCoolingDown { until: Timestamp },
@@ -286,9 +355,22 @@ fn current<'a>(
                 },
             }
         }
-        (Observed::Unreachable { since }, _) => {
+        (Observed::Unreachable { since, .. }, _) => {
             let until = since.checked_add(settings.failover_after).unwrap_or(*since);
-            if m.deleting || m.ip.is_none() || m.stopped || now >= until {
+            let gone = m.deleting || m.ip.is_none() || m.stopped;
+            if !gone && now >= until {
+                // A second opinion: a replica that still hears from it.
+                if let Some(w) = witness(members, m, settings) {
+                    return Current::Wait(
+                        Waiting::OperatorCutOff {
+                            pod: m.pod.clone(),
+                            witness: w.pod.clone(),
+                        },
+                        CONVERGE_PERIOD,
+                    );
+                }
+            }
+            if gone || now >= until {
                 Current::Lost {
                     cause: if m.deleting || m.ip.is_none() {
                         Cause::PrimaryGone
@@ -321,6 +403,22 @@ fn current<'a>(
     }
 }
 
+/// A replica that answers and reports its link to `primary` up, with
+/// traffic from it within `failover_after` (primaries ping their replicas
+/// every second): the primary lives, and only the operator cannot reach it.
+fn witness<'a>(members: &'a [Member], primary: &Member, settings: &Settings) -> Option<&'a Member> {
+    let recent = i64::try_from(settings.failover_after.as_secs()).unwrap_or(i64::MAX);
+    members.iter().find(|o| {
+        o.pod != primary.pod
+            && o.info().is_some_and(|i| {
+                i.follows(primary.ip(), primary.port)
+                    && i.link_up
+                    && !i.sync_in_progress
+                    && i.master_last_io_seconds.is_some_and(|s| s < recent)
+            })
+    })
+}
+
 /// A member that answered, with what it said.
 type Candidate<'a> = (&'a Member, &'a ReplicationInfo);
 
@@ -342,14 +440,17 @@ fn rank<'a>(
     )
 }
 
-/// Chooses the new primary; `None` when no member that answers holds the
-/// data while a silent one may.
+/// Chooses the new primary, or says why none is chosen now: no member that
+/// answers holds the data while a silent one may, or a silent member was
+/// ahead of the best one that answers.
 fn elect<'a>(
     members: &'a [Member],
     cause: Cause,
     excluded: Option<&str>,
     tainted_replid: Option<&str>,
-) -> Option<&'a Member> {
+    settings: &Settings,
+    now: Timestamp,
+) -> Result<&'a Member, (Waiting, Duration)> {
     let prefer_primaries = cause == Cause::NoRecord;
     let restarted = cause == Cause::PrimaryRestarted;
     let best = |c: &[Candidate<'a>]| {
@@ -374,16 +475,62 @@ fn elect<'a>(
         .filter(|(m, i)| excluded != Some(m.pod.as_str()) && !i.sync_in_progress)
         .filter(|c| !empty(*c))
         .collect();
-    if !holders.is_empty() {
-        return best(&holders);
+    let no_candidate = (Waiting::NoCandidate, CONVERGE_PERIOD);
+    if let Some(b) = best(&holders) {
+        return match ahead_of(members, b, excluded, settings, now) {
+            Some(w) => Err(w),
+            None => Ok(b),
+        };
     }
     // Nobody who answers holds the data. If a silent member may (the old
     // primary among them), wait for it rather than start empty. A new Redis
     // (nothing recorded) does not wait for Pods that never answered.
     if !prefer_primaries && members.iter().any(Member::may_hold_data_unseen) {
-        return None;
+        return Err(no_candidate);
     }
-    best(&alive)
+    best(&alive).ok_or(no_candidate)
+}
+
+/// A silent member (not the lost primary) that was a linked replica ahead
+/// of `candidate` when last seen, in the same history: it may hold writes a
+/// `WAIT 1` acknowledged that the candidate lacks, so the promotion waits
+/// for it, up to [`Settings::ahead_wait`] of its silence. One whose Pod is
+/// going or whose container stopped holds nothing any more.
+fn ahead_of(
+    members: &[Member],
+    candidate: &Member,
+    excluded: Option<&str>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Option<(Waiting, Duration)> {
+    let c = candidate.info()?;
+    members
+        .iter()
+        .filter(|m| excluded != Some(m.pod.as_str()) && !m.stopped)
+        .filter(|m| m.may_hold_data_unseen())
+        .filter_map(|m| match &m.observed {
+            Observed::Unreachable {
+                since,
+                last: Some(last),
+            } if last.linked && last.replid == c.master_replid && last.offset > c.offset() => {
+                let until = since.checked_add(settings.ahead_wait()).unwrap_or(*since);
+                (now < until).then(|| (m, last.offset - c.offset(), until))
+            }
+            _ => None,
+        })
+        .max_by_key(|(_, bytes, _)| *bytes)
+        .map(|(m, bytes, until)| {
+            let left = Duration::try_from(until.duration_since(now)).unwrap_or(CONVERGE_PERIOD);
+            (
+                Waiting::AheadMemberSilent {
+                    pod: m.pod.clone(),
+                    candidate: candidate.pod.clone(),
+                    bytes,
+                    until,
+                },
+                left.clamp(Duration::from_millis(100), CONVERGE_PERIOD),
+            )
+        })
 }
 
 /// Fences and repoints everyone but `primary`; the promotion goes between.
@@ -475,18 +622,24 @@ pub fn plan(
             cause,
             excluded,
             tainted_replid,
-        } => match elect(members, cause, excluded, tainted_replid.as_deref()) {
-            None => return keep(Waiting::NoCandidate, CONVERGE_PERIOD),
-            Some(p) => {
+        } => match elect(
+            members,
+            cause,
+            excluded,
+            tainted_replid.as_deref(),
+            settings,
+            now,
+        ) {
+            Err((w, after)) => return keep(w, after),
+            Ok(p) => {
                 let is_primary = p.info().is_some_and(|i| i.role == Role::Primary);
                 (p, !is_primary, Some(cause))
             }
         },
     };
-    let record = primary.info().map(|i| RecordedPrimary {
-        pod: primary.pod.clone(),
-        run_id: i.run_id.clone(),
-    });
+    let record = primary
+        .info()
+        .map(|i| RecordedPrimary::next(recorded, &primary.pod, &i.run_id));
     let mut actions = converge(members, primary, promote);
     let mut waiting = None;
     if actions.is_empty() && (primary.retiring || primary.deleting) {

@@ -13,6 +13,8 @@ fn settings() -> Settings {
     Settings {
         failover_after: Duration::from_secs(5),
         switchover_timeout: Duration::from_secs(10),
+        min_replicas_to_write: 1,
+        min_replicas_max_lag_seconds: 2,
     }
 }
 
@@ -38,6 +40,7 @@ fn info(role: Role, run_id: &str, offset: i64) -> ReplicationInfo {
         link_up: false,
         sync_in_progress: false,
         slave_repl_offset: None,
+        master_last_io_seconds: None,
         master_repl_offset: offset,
         master_replid: "history-1".into(),
         failover_state: "no-failover".into(),
@@ -71,6 +74,7 @@ fn replica(pod: &str, ip: &str, of: &str, offset: i64, link_up: bool) -> Member 
         PORT
     });
     i.link_up = link_up;
+    i.master_last_io_seconds = link_up.then_some(0);
     i.slave_repl_offset = Some(offset);
     base(pod, ip, Observed::Info(i))
 }
@@ -85,14 +89,19 @@ fn fresh(pod: &str, ip: &str) -> Member {
 }
 
 fn silent(pod: &str, ip: &str, since: Timestamp) -> Member {
-    base(pod, ip, Observed::Unreachable { since })
+    base(pod, ip, Observed::Unreachable { since, last: None })
 }
 
 fn rec(pod: &str) -> RecordedPrimary {
     RecordedPrimary {
         pod: pod.into(),
         run_id: format!("run-{pod}"),
+        term: 1,
     }
+}
+
+fn rec_at(pod: &str, term: u64) -> RecordedPrimary {
+    RecordedPrimary { term, ..rec(pod) }
 }
 
 fn info_mut(m: &mut Member) -> &mut ReplicationInfo {
@@ -182,7 +191,7 @@ fn a_silent_primary_is_waited_for_then_the_highest_offset_is_promoted() {
     assert_eq!(promoted(&p), ["c"]);
     assert_eq!(replicated_to(&p, Why::Repoint), [("b", "10.0.0.3")]);
     assert_eq!(p.primary.as_deref(), Some("c"));
-    assert_eq!(p.record, Some(rec("c")));
+    assert_eq!(p.record, Some(rec_at("c", 2)));
     assert!(!p.replicated);
 }
 
@@ -369,7 +378,8 @@ fn when_every_copy_is_gone_the_restarted_primary_is_accepted() {
         p.record,
         Some(RecordedPrimary {
             pod: "a".into(),
-            run_id: "run-a-2".into()
+            run_id: "run-a-2".into(),
+            term: 2,
         })
     );
 }
@@ -457,8 +467,9 @@ fn without_a_record_the_running_primary_is_adopted() {
 
 #[test]
 fn a_promotion_that_was_not_recorded_is_adopted() {
-    // Last round promoted b and repointed c, then the status write failed;
-    // a is gone.
+    // b is primary and c follows it, yet status.primary names a, which is
+    // gone: a status restored from an old copy, or edited by hand (podkeeper
+    // records a promotion before it makes one). What runs is kept.
     let m = vec![
         primary("b", "10.0.0.2", 100, &[("10.0.0.3", 100)]),
         replica("c", "10.0.0.3", "10.0.0.2", 100, true),
@@ -466,7 +477,7 @@ fn a_promotion_that_was_not_recorded_is_adopted() {
     let p = plan(&m, Some(&rec("a")), &settings(), t(0));
     assert_eq!(p.primary.as_deref(), Some("b"));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
-    assert_eq!(p.record, Some(rec("b")));
+    assert_eq!(p.record, Some(rec_at("b", 2)));
 }
 
 #[test]
@@ -558,7 +569,7 @@ fn after_a_switchover_the_new_primary_is_adopted() {
     ];
     let p = plan(&m, Some(&rec("a")), &settings(), t(0));
     assert_eq!(p.primary.as_deref(), Some("b"));
-    assert_eq!(p.record, Some(rec("b")));
+    assert_eq!(p.record, Some(rec_at("b", 2)), "a new term");
     assert_eq!(p.cause, None);
     assert_eq!(replicated_to(&p, Why::Repoint), [("c", "10.0.0.2")]);
     assert!(promoted(&p).is_empty());
@@ -702,4 +713,133 @@ proptest! {
             prop_assert!(!p.may_touch(pp));
         }
     }
+}
+
+/// A silent replica `pod` last seen linked at `offset`, silent since `since`.
+fn silent_ahead(pod: &str, ip: &str, since: Timestamp, offset: i64) -> Member {
+    base(
+        pod,
+        ip,
+        Observed::Unreachable {
+            since,
+            last: Some(LastSeen {
+                offset,
+                replid: "history-1".into(),
+                linked: true,
+            }),
+        },
+    )
+}
+
+#[test]
+fn a_primary_its_replicas_still_hear_is_not_failed_over() {
+    // The operator lost a (silent past failover_after), but b's link to a is
+    // up with traffic a second ago: the operator is the one cut off.
+    let members = vec![
+        silent("a", "10.0.0.1", t(0)),
+        replica("b", "10.0.0.2", "10.0.0.1", 100, true),
+        replica("c", "10.0.0.3", "10.0.0.1", 100, false),
+    ];
+    let p = plan(&members, Some(&rec("a")), &settings(), t(30));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.primary.as_deref(), Some("a"));
+    assert_eq!(
+        p.waiting,
+        Some(Waiting::OperatorCutOff {
+            pod: "a".into(),
+            witness: "b".into()
+        })
+    );
+    // No traffic for as long as a failover waits: no witness.
+    let mut stale = members.clone();
+    info_mut(&mut stale[1]).master_last_io_seconds = Some(5);
+    let p = plan(&stale, Some(&rec("a")), &settings(), t(30));
+    assert_eq!(promoted(&p), ["b"]);
+    // A link that is down, or a replica of someone else, is no witness.
+    let mut down = members.clone();
+    info_mut(&mut down[1]).link_up = false;
+    info_mut(&mut down[1]).master_last_io_seconds = None;
+    assert_eq!(
+        promoted(&plan(&down, Some(&rec("a")), &settings(), t(30))),
+        ["b"]
+    );
+    // A primary whose Pod is going, or whose container stopped, is replaced
+    // whatever its replicas last heard.
+    let mut stopped = members.clone();
+    stopped[0].stopped = true;
+    assert_eq!(
+        promoted(&plan(&stopped, Some(&rec("a")), &settings(), t(30))),
+        ["b"]
+    );
+}
+
+#[test]
+fn a_silent_replica_that_was_ahead_holds_the_promotion_back_for_a_while() {
+    // a (primary) and b fell silent together at t(0); b was a linked
+    // replica at offset 500 when last seen; c answers at 400.
+    let members = vec![
+        silent("a", "10.0.0.1", t(0)),
+        silent_ahead("b", "10.0.0.2", t(0), 500),
+        replica("c", "10.0.0.3", "10.0.0.1", 400, false),
+    ];
+    let p = plan(&members, Some(&rec("a")), &settings(), t(6));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let wait_until = t(0)
+        .checked_add(settings().failover_after * AHEAD_WAIT_FACTOR)
+        .unwrap();
+    assert_eq!(
+        p.waiting,
+        Some(Waiting::AheadMemberSilent {
+            pod: "b".into(),
+            candidate: "c".into(),
+            bytes: 100,
+            until: wait_until,
+        })
+    );
+    // Bounded: past the wait, c is promoted.
+    let p = plan(&members, Some(&rec("a")), &settings(), wait_until);
+    assert_eq!(promoted(&p), ["c"]);
+    // Its Pod going, or its container stopped, ends the wait at once.
+    for gone in [
+        |m: &mut Member| m.deleting = true,
+        |m: &mut Member| m.stopped = true,
+    ] {
+        let mut m = members.clone();
+        gone(&mut m[1]);
+        assert_eq!(
+            promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
+            ["c"]
+        );
+    }
+    // Not ahead of the candidate, or of another history, or not linked
+    // when last seen: no wait.
+    for (offset, replid, linked) in [
+        (400, "history-1", true),
+        (500, "other", true),
+        (500, "history-1", false),
+    ] {
+        let mut m = members.clone();
+        m[1].observed = Observed::Unreachable {
+            since: t(0),
+            last: Some(LastSeen {
+                offset,
+                replid: replid.into(),
+                linked,
+            }),
+        };
+        assert_eq!(
+            promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
+            ["c"],
+            "{offset} {replid} {linked}"
+        );
+    }
+    // The lost primary itself never holds a promotion back (what it alone
+    // took was never acknowledged by a replica).
+    let mut m = members.clone();
+    m[0] = silent_ahead("a", "10.0.0.1", t(0), 900);
+    m[1] = replica("b", "10.0.0.2", "10.0.0.1", 500, false);
+    assert_eq!(
+        promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
+        ["b"]
+    );
 }
