@@ -1236,3 +1236,65 @@ async fn readiness_is_a_primary_or_a_linked_replica_never_a_member_following_the
         }
     }
 }
+
+/// `SET` on `node`: accepted, or refused with the error's text.
+async fn try_set(node: &Node, key: &str) -> Result<(), String> {
+    node.command::<()>(redis::cmd("SET").arg(key).arg(key))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_off_from_its_replicas_refuses_writes_and_turns_unready() {
+    let mut set = Set::start(2, None).await;
+    let primary = set.converge().await;
+    let replica = set
+        .servers
+        .iter()
+        .find(|s| s.name != primary)
+        .unwrap()
+        .name
+        .clone();
+    let port = set.server(&primary).port;
+    let node = set.server(&primary).node().await.unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    while !(probe_ready(port, None) && try_set(&node, "before").await.is_ok()) {
+        assert!(Instant::now() < deadline, "the primary takes writes");
+        tokio::time::sleep(POLL).await;
+    }
+
+    // Its only replica stops acknowledging (frozen, as behind a partition):
+    // within the fence's lag the primary refuses writes by itself, with no
+    // operator round, and its readiness follows.
+    set.server(&replica).signal("STOP");
+    let cut = Instant::now();
+    let refusal = loop {
+        match try_set(&node, "during").await {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(cut.elapsed() < DEADLINE, "still taking writes");
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    };
+    let refused_after = cut.elapsed();
+    assert!(refusal.contains("NOREPLICAS"), "{refusal}");
+    let lag = Duration::from_secs(u64::from(settings().min_replicas_max_lag_seconds));
+    assert!(
+        refused_after <= lag + Duration::from_secs(3),
+        "refused only after {refused_after:?}"
+    );
+    assert!(
+        !probe_ready(port, None),
+        "a primary that refuses writes is not ready"
+    );
+    eprintln!("fence: writes refused {refused_after:?} after the replica froze");
+
+    // The replica returns: writes and readiness come back.
+    set.server(&replica).signal("CONT");
+    let deadline = Instant::now() + DEADLINE;
+    while !(try_set(&node, "after").await.is_ok() && probe_ready(port, None)) {
+        assert!(Instant::now() < deadline, "writes come back");
+        tokio::time::sleep(POLL).await;
+    }
+}

@@ -508,10 +508,17 @@ pub async fn reconcile(
     record_promotion: impl AsyncFnOnce(&RecordedPrimary) -> Result<(), String>,
 ) -> Round {
     let (members, silent) = observe(pods, access, memory, now).await;
+    // Members about to go (a scale-down, the old Pods of a rollout) do not
+    // count: scaling to one member lifts the fence before the last replica
+    // goes, not after.
+    let staying = members
+        .iter()
+        .filter(|m| !m.deleting && !m.retiring)
+        .count();
     let fence = WriteFence::for_members(
         settings.min_replicas_to_write,
         settings.min_replicas_max_lag_seconds,
-        members.len(),
+        staying,
     );
     let unfenced = fence_writes(&members, fence, access, memory).await;
     let mut plan = topology::plan(&members, recorded, settings, now);
