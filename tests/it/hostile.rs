@@ -168,9 +168,18 @@ fn rejected_config() -> Vec<(&'static str, Value, String)> {
         directive(
             "min-replicas",
             "min-replicas-to-write",
-            "podkeeper is to set it",
+            "podkeeper sets it to fence a primary",
         ),
-        directive("min-slaves", "min-slaves-max-lag", "podkeeper is to set it"),
+        directive(
+            "min-slaves",
+            "min-slaves-max-lag",
+            "podkeeper sets it to fence a primary",
+        ),
+        directive(
+            "repl-ping",
+            "repl-ping-replica-period",
+            "second opinion before a failover",
+        ),
         directive("debug-command", "enable-debug-command", "DEBUG can change"),
         directive(
             "protected-configs",
@@ -213,6 +222,29 @@ fn rejected() -> Vec<(Value, String)> {
         (
             redis("pull-policy", json!({"imagePullPolicy": "Sometimes"})),
             "spec.imagePullPolicy",
+        ),
+        // A failover must not come before a cut-off primary stops taking
+        // writes.
+        (
+            redis(
+                "fence-too-slow",
+                json!({"failover": {"afterSeconds": 4, "minReplicasMaxLagSeconds": 2}}),
+            ),
+            "afterSeconds must be at least minReplicasMaxLagSeconds + 3",
+        ),
+        (
+            redis(
+                "fence-default-lag",
+                json!({"failover": {"afterSeconds": 2}}),
+            ),
+            "afterSeconds must be at least minReplicasMaxLagSeconds + 3",
+        ),
+        (
+            redis(
+                "fence-lag-zero",
+                json!({"failover": {"minReplicasMaxLagSeconds": 0}}),
+            ),
+            "spec.failover.minReplicasMaxLagSeconds",
         ),
         // Names: DNS-1035 labels short enough for `<name>-replicas`.
         (redis(&"n".repeat(55), json!({})), "at most 54 characters"),
