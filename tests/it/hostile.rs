@@ -178,7 +178,7 @@ fn rejected_config() -> Vec<(&'static str, Value, String)> {
         directive(
             "repl-ping",
             "repl-ping-replica-period",
-            "second opinion before a failover",
+            "podkeeper sets it to 1 s",
         ),
         directive("debug-command", "enable-debug-command", "DEBUG can change"),
         directive(
