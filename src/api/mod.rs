@@ -3,6 +3,7 @@
 pub mod application;
 pub mod names;
 pub mod redis;
+pub mod redis_config;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -101,9 +102,9 @@ mod tests {
     #[test]
     fn the_crd_carries_the_config_rules() {
         let crd = serde_json::to_string(&Redis::crd()).unwrap();
-        let rules = [crate::redis::replication::config::refused_names_rule()]
+        let rules = [crate::api::redis_config::refused_names_rule()]
             .into_iter()
-            .chain(crate::redis::replication::config::value_rules());
+            .chain(crate::api::redis_config::value_rules());
         for rule in rules {
             assert!(
                 crd.contains(&serde_json::to_string(&rule.rule).unwrap()),
@@ -111,7 +112,7 @@ mod tests {
                 rule.rule
             );
         }
-        for name in crate::redis::replication::config::refused_directives() {
+        for name in crate::api::redis_config::refused_directives() {
             assert!(crd.contains(&format!("'{name}'")), "{name}");
         }
     }

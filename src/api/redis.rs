@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::api::names::{DNS_LABEL_MAX, POD_NAME_SUFFIX_LEN};
-use crate::redis::replication::config::{refused_names_rule, value_rules};
+use crate::api::redis_config::{refused_names_rule, value_rules};
 
 /// What the replicas' Service adds to a Redis's name.
 pub const REPLICAS_SERVICE_SUFFIX: &str = "-replicas";
