@@ -645,11 +645,18 @@ async fn an_old_primary_that_returns_is_fenced() {
     );
     let term = set.recorded.as_ref().unwrap().term;
     assert_eq!(term, 2, "the second primary of the set");
+    // The write fence refuses writes (NOREPLICAS) until the remaining
+    // replica has linked to the new primary: rounds bring it there.
     let node = set.server(&new).node().await.unwrap();
-    assert!(
-        write_acked(&node, "during", 1).await.unwrap(),
-        "the new primary acknowledges"
-    );
+    let start = Instant::now();
+    while !write_acked(&node, "during", 1).await.unwrap_or(false) {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the new primary never acknowledged"
+        );
+        set.round().await;
+        tokio::time::sleep(POLL).await;
+    }
     drop(node);
 
     // The leader dies; a new one, which never saw the old primary fall
