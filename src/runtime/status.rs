@@ -418,6 +418,10 @@ mod tests {
         assert!(deferred(&last(true, now), Some(2), Pace::Changing).is_some());
         // A new generation is acknowledged at once.
         assert_eq!(deferred(&last(false, now), Some(3), Pace::Changing), None);
+        // A record that must precede what it describes (a Redis's new
+        // primary) is never held back, even just after another write.
+        assert_eq!(deferred(&last(true, now), Some(2), Pace::Now), None);
+        assert_eq!(deferred(&last(false, now), Some(2), Pace::Now), None);
         // Once the interval is over, nothing waits...
         assert_eq!(
             deferred(&last(true, STATUS_INTERVAL), Some(2), Pace::Changing),
