@@ -31,8 +31,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 fn timeouts() -> Timeouts {
     Timeouts {
-        connect: Duration::from_millis(500),
-        command: Duration::from_millis(500),
+        deadline: Duration::from_millis(500),
     }
 }
 
@@ -197,6 +196,8 @@ struct Set {
     /// The API server refuses the record of a promotion (a conflict, a
     /// lost lease, a webhook): the round must promote no one.
     refuse_records: bool,
+    /// Members that are no redis-server: a name and a loopback port.
+    strangers: Vec<(String, u16)>,
 }
 
 impl Set {
@@ -213,6 +214,7 @@ impl Set {
             retiring: BTreeSet::new(),
             password: password.map(str::to_string),
             refuse_records: false,
+            strangers: Vec::new(),
         }
     }
 
@@ -228,6 +230,15 @@ impl Set {
                 stopped: false,
                 retiring: self.retiring.contains(&s.name),
             })
+            .chain(self.strangers.iter().map(|(name, port)| PodRef {
+                pod: name.clone(),
+                ip: Some(LOOPBACK.into()),
+                port: *port,
+                ready: true,
+                deleting: false,
+                stopped: false,
+                retiring: false,
+            }))
             .collect()
     }
 
@@ -1304,4 +1315,134 @@ async fn a_primary_cut_off_from_its_replicas_refuses_writes_and_turns_unready() 
         assert!(Instant::now() < deadline, "writes come back");
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// A "member" that accepts connections and never answers (a server frozen,
+/// or a node whose traffic is black-holed after the handshake). Returns its
+/// port.
+async fn silent_listener() -> u16 {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}
+
+async fn connections_received(node: &Node) -> u64 {
+    let stats: String = node.command(redis::cmd("INFO").arg("stats")).await.unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+        .expect("total_connections_received")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_reused_from_round_to_round() {
+    let mut set = Set::start(3, Some("s3cret")).await;
+    set.converge().await;
+    set.round().await;
+    let mut probes = Vec::new();
+    for s in &set.servers {
+        probes.push(s.node().await.unwrap());
+    }
+    let mut before = Vec::new();
+    for p in &probes {
+        before.push(connections_received(p).await);
+    }
+    let opened = set.memory.observer.connections().opened();
+    for _ in 0..10 {
+        let round = set.round().await;
+        assert!(round.plan.replicated, "{:#?}", round.plan);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let mut after = Vec::new();
+    for p in &probes {
+        after.push(connections_received(p).await);
+    }
+    assert_eq!(
+        before, after,
+        "no server accepted a connection in 10 rounds (and the observers' polls)"
+    );
+    assert_eq!(set.memory.observer.connections().opened(), opened);
+    assert_eq!(set.memory.observer.connections().len(), 3);
+}
+
+/// One reconcile worker serving two Redis objects in turn: the first has a
+/// member that accepts connections and never answers, the second loses its
+/// primary. Once the silent member is known, the first's rounds cost no
+/// wait, so the second's failover takes its normal time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_member_of_one_redis_does_not_delay_anothers_failover() {
+    let mut quiet = Set::start(2, None).await;
+    quiet.converge().await;
+    quiet
+        .strangers
+        .push(("silent".into(), silent_listener().await));
+    let mut other = Set::start(3, None).await;
+    let old = other.converge().await;
+
+    // The first round that meets the silent member waits for it once (at
+    // most a deadline or two), never again.
+    let first = Instant::now();
+    quiet.round().await;
+    assert!(
+        first.elapsed() < timeouts().deadline * 3,
+        "{:?}",
+        first.elapsed()
+    );
+
+    other.server_mut(&old).kill9().await;
+    let killed = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let new = loop {
+        let started = Instant::now();
+        let q = quiet.round().await;
+        slowest = slowest.max(started.elapsed());
+        assert!(
+            q.silent.iter().any(|(pod, _)| pod == "silent"),
+            "the silent member is reported silent"
+        );
+        let r = other.round().await;
+        if let Some(p) = r
+            .primary
+            .as_ref()
+            .filter(|p| p.pod != old && r.outcome.ok())
+        {
+            break p.pod.clone();
+        }
+        assert!(killed.elapsed() < DEADLINE, "no failover: {:#?}", r.plan);
+        tokio::time::sleep(POLL).await;
+    };
+    other
+        .server(&new)
+        .node()
+        .await
+        .unwrap()
+        .command::<()>(redis::cmd("SET").arg("after").arg("1"))
+        .await
+        .expect("the new primary accepts writes");
+    let took = killed.elapsed();
+    eprintln!(
+        "failover beside a silent member: {took:?} (failover_after {:?}); slowest round of the other Redis {slowest:?}",
+        settings().failover_after
+    );
+    assert!(
+        slowest < Duration::from_millis(100),
+        "a round with a known-silent member waited {slowest:?}"
+    );
+    // The silence clock (1 s) plus the rounds' pace; a round that waited
+    // for the silent member (0.5 s each) would add to it every time.
+    assert!(
+        took < settings().failover_after + Duration::from_secs(2),
+        "{took:?}"
+    );
 }

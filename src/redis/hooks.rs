@@ -68,15 +68,24 @@ pub struct ReplicationExtras {
 
 impl ReplicationExtras {
     pub fn new(applier: ServiceApplier<Redis>, port_forward: Option<kube::Client>) -> Self {
+        let port_forward_is_set = port_forward.is_some();
         ReplicationExtras {
             applier,
             port_forward,
             silence: Mutex::new(HashMap::new()),
-            // In-cluster round trips are sub-millisecond: a member that has
-            // not accepted a connection within a second is silent.
-            timeouts: Timeouts {
-                connect: Duration::from_secs(1),
-                command: Duration::from_secs(2),
+            timeouts: if port_forward_is_set {
+                // Through the API server's port-forward: a stream per
+                // connection is set up by the API server and the kubelet.
+                Timeouts {
+                    deadline: Duration::from_secs(5),
+                }
+            } else {
+                // In-cluster round trips are sub-millisecond: a member that
+                // has not connected, logged in and answered both INFO
+                // sections within 1.5 s is silent.
+                Timeouts {
+                    deadline: Duration::from_millis(1500),
+                }
             },
         }
     }

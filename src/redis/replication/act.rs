@@ -2,16 +2,17 @@
 //! a [`Plan`], and say what to record in status.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::redis::{MemberStatus, PrimaryStatus};
-use crate::redis::replication::client::{self, Access, Node};
+use crate::redis::replication::client::{Access, Node};
 use crate::redis::replication::error::{ActionError, ClientError};
 use crate::redis::replication::info::{ReplicationInfo, Role};
+use crate::redis::replication::observer::Observer;
 use crate::redis::replication::topology::{
     self, Action, LastSeen, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
 };
@@ -35,9 +36,12 @@ pub struct PodRef {
 /// when a switchover was last sent from each primary, and the write fence
 /// each member's process was given. Keep one per Redis object for the life
 /// of the operator; a restarted operator starts afresh (so a failover takes
-/// at most `failover_after` longer, never less).
+/// at most `failover_after` longer, never less). It also holds the
+/// [`Observer`]: the members' observing tasks and their connections, which
+/// end when it is dropped.
 #[derive(Debug, Default)]
 pub struct Memory {
+    pub observer: Observer,
     silent_since: Mutex<HashMap<String, Timestamp>>,
     last_seen: Mutex<HashMap<String, LastSeen>>,
     switchover_sent: Mutex<HashMap<String, Timestamp>>,
@@ -72,6 +76,11 @@ impl Memory {
         locked(&self.last_seen).retain(|p, _| keep(p));
         locked(&self.switchover_sent).retain(|p, _| keep(p));
         locked(&self.fenced).retain(|p, _| keep(p));
+        let live: Vec<(&str, &str)> = pods
+            .iter()
+            .filter_map(|p| Some((p.pod.as_str(), p.ip.as_deref()?)))
+            .collect();
+        self.observer.retain(&live);
     }
 
     /// Whether `pod`'s process (`run_id`) still needs `fence`.
@@ -135,21 +144,22 @@ pub fn defer_repeated_switchover(
     }
 }
 
-/// Queries every member at once; members without an IP or that do not
-/// answer are [`Observed::Unreachable`]. Returns the members and why each
-/// silent one was silent.
+/// Every member's latest answer, from its observing task (see
+/// [`crate::redis::replication::observer`]: a silent member costs no wait);
+/// members without an IP or that do not answer are
+/// [`Observed::Unreachable`]. Returns the members and why each silent one
+/// was silent.
 pub async fn observe(
     pods: &[PodRef],
     access: &Access<'_>,
     memory: &Memory,
     now: Timestamp,
-) -> (Vec<Member>, Vec<(String, ClientError)>) {
+) -> (Vec<Member>, Vec<(String, Arc<ClientError>)>) {
     memory.retain(pods);
     let answers = join_all(pods.iter().map(|p| async move {
-        match &p.ip {
-            None => None,
-            Some(ip) => Some(client::observe(access, &p.pod, &access.endpoint(ip, p.port)).await),
-        }
+        let ip = p.ip.as_ref()?;
+        let endpoint = access.endpoint(ip, p.port);
+        Some(memory.observer.latest(access, &p.pod, &endpoint).await)
     }))
     .await;
     let mut members = Vec::with_capacity(pods.len());
@@ -206,32 +216,42 @@ fn action_name(a: &Action) -> &'static str {
     }
 }
 
-async fn run(a: &Action, access: &Access<'_>) -> Result<(), ActionError> {
+/// Sends one action's command on the member's cached connection, within
+/// one deadline (connecting included).
+async fn run(a: &Action, access: &Access<'_>, memory: &Memory) -> Result<(), ActionError> {
     let err = |source| ActionError {
         pod: a.pod().to_string(),
         action: action_name(a),
         source,
     };
-    match a {
+    let connections = memory.observer.connections();
+    let pod = a.pod();
+    let result = match a {
         Action::Replicate {
             ip,
             port,
             primary_ip,
             primary_port,
             ..
-        } => {
-            let node = Node::connect_via(access, a.pod(), &access.endpoint(ip, *port))
-                .await
-                .map_err(err)?;
-            node.replicate_from(primary_ip, *primary_port)
-                .await
-                .map_err(err)
-        }
+        } => connections
+            .call(
+                access,
+                pod,
+                &access.endpoint(ip, *port),
+                "REPLICAOF",
+                |node: Node| async move { node.replicate_from(primary_ip, *primary_port).await },
+            )
+            .await,
         Action::Promote { ip, port, .. } => {
-            let node = Node::connect_via(access, a.pod(), &access.endpoint(ip, *port))
+            connections
+                .call(
+                    access,
+                    pod,
+                    &access.endpoint(ip, *port),
+                    "REPLICAOF NO ONE",
+                    |node: Node| async move { node.promote().await },
+                )
                 .await
-                .map_err(err)?;
-            node.promote().await.map_err(err)
         }
         Action::Switchover {
             from_ip,
@@ -241,21 +261,25 @@ async fn run(a: &Action, access: &Access<'_>) -> Result<(), ActionError> {
             timeout,
             ..
         } => {
-            let node = Node::connect_via(access, a.pod(), &access.endpoint(from_ip, *from_port))
+            connections
+                .call(
+                    access,
+                    pod,
+                    &access.endpoint(from_ip, *from_port),
+                    "FAILOVER",
+                    |node: Node| async move { node.failover_to(to_ip, *to_port, *timeout).await },
+                )
                 .await
-                .map_err(err)?;
-            node.failover_to(to_ip, *to_port, *timeout)
-                .await
-                .map_err(err)
         }
-    }
+    };
+    result.map_err(err)
 }
 
 /// Runs the plan's actions: the fences (all at once), then the promotion,
 /// then the repoints (all at once), or the switchover. Stops at the first
 /// failed step, so that no one is promoted while an old primary may still
 /// be one, and no one is repointed at a member that is not primary yet.
-pub async fn execute(plan: &Plan, access: &Access<'_>) -> Outcome {
+pub async fn execute(plan: &Plan, access: &Access<'_>, memory: &Memory) -> Outcome {
     let mut outcome = Outcome::default();
     let mut steps: Vec<Vec<&Action>> = Vec::new();
     for a in &plan.actions {
@@ -275,7 +299,7 @@ pub async fn execute(plan: &Plan, access: &Access<'_>) -> Outcome {
         steps[group].push(a);
     }
     for step in steps {
-        let results = join_all(step.iter().map(|a| run(a, access))).await;
+        let results = join_all(step.iter().map(|a| run(a, access, memory))).await;
         for (a, r) in step.into_iter().zip(results) {
             match r {
                 Ok(()) => outcome.done.push(a.clone()),
@@ -357,12 +381,27 @@ async fn fence_writes(
         .collect();
     let results = join_all(due.iter().map(|(m, _)| async move {
         let ip = m.ip.as_deref().unwrap_or_default();
-        let node = Node::connect_via(access, &m.pod, &access.endpoint(ip, m.port)).await?;
-        node.config_set_many(&[
-            ("min-replicas-to-write", &fence.min_replicas.to_string()),
-            ("min-replicas-max-lag", &fence.max_lag_seconds.to_string()),
-        ])
-        .await
+        let (min, lag) = (
+            fence.min_replicas.to_string(),
+            fence.max_lag_seconds.to_string(),
+        );
+        memory
+            .observer
+            .connections()
+            .call(
+                access,
+                &m.pod,
+                &access.endpoint(ip, m.port),
+                "CONFIG SET",
+                |node: Node| async move {
+                    node.config_set_many(&[
+                        ("min-replicas-to-write", &min),
+                        ("min-replicas-max-lag", &lag),
+                    ])
+                    .await
+                },
+            )
+            .await
     }))
     .await;
     let mut errors = Vec::new();
@@ -484,7 +523,7 @@ pub fn replicated_condition(
 /// One observe-plan-record-execute round, as a reconcile runs it.
 pub struct Round {
     pub members: Vec<Member>,
-    pub silent: Vec<(String, ClientError)>,
+    pub silent: Vec<(String, Arc<ClientError>)>,
     pub plan: Plan,
     pub outcome: Outcome,
     pub primary: Option<PrimaryStatus>,
@@ -549,7 +588,7 @@ pub async fn reconcile(
             unfenced,
         };
     }
-    let outcome = execute(&plan, access).await;
+    let outcome = execute(&plan, access, memory).await;
     let primary = record(&plan, recorded);
     Round {
         members,

@@ -1,32 +1,56 @@
 //! Talking to one redis-server, by IP and port, with the `redis` crate.
 //!
-//! Every connection and every command is bounded by a timeout, so an
-//! unreachable or stopped Pod costs at most [`Timeouts::connect`] plus
-//! [`Timeouts::command`]; it never blocks a reconcile.
+//! Bounds, so that a slow, silent or hostile server costs a bounded time
+//! and memory and never more:
+//! - one deadline per step, [`Timeouts::deadline`], covers everything the
+//!   step does: connecting (TCP, or the port-forward), AUTH, and its
+//!   command(s) (an observation pipelines `INFO server` and `INFO
+//!   replication`), instead of timeouts per step that add up;
+//! - a server may send at most [`MAX_REPLY_BYTES`] between two requests
+//!   ([`Capped`]): a reply of many MB (a bulk string that declares 512 MB,
+//!   or an endless one) ends the connection once that much is read, rather
+//!   than being read whole. The `redis` crate's own limits cover the rest:
+//!   nesting is bounded, and an array's declared length preallocates at
+//!   most 4096 elements;
+//! - connections are kept in [`Connections`], one per member (Pod, IP,
+//!   port, password, route), reused between rounds and dropped when a step
+//!   on them fails or the Pod goes.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
 
-/// How long to wait for a connection and for each command's reply.
+/// The most a server may send between two requests; far above a real
+/// `INFO replication` (about 100 bytes per replica) or `INFO server`
+/// (about 2 KB).
+pub const MAX_REPLY_BYTES: usize = 256 * 1024;
+
+/// How long one step with one member may take, all included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    pub connect: Duration,
-    pub command: Duration,
+    /// Connecting (when no connection is cached), AUTH and the step's
+    /// command(s), together.
+    pub deadline: Duration,
 }
 
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
-            connect: Duration::from_secs(2),
-            command: Duration::from_secs(2),
+            deadline: Duration::from_millis(1500),
         }
     }
 }
@@ -69,7 +93,8 @@ impl Endpoint {
     }
 }
 
-/// An open connection to one redis-server.
+/// An open connection to one redis-server (a handle: clones share it).
+#[derive(Clone)]
 pub struct Node {
     addr: String,
     conn: MultiplexedConnection,
@@ -110,82 +135,58 @@ impl Access<'_> {
 
 impl Node {
     /// Connects over the Pod network (and authenticates, when the endpoint
-    /// has a password).
+    /// has a password), within [`Timeouts::deadline`].
     pub async fn connect(endpoint: &Endpoint, timeouts: Timeouts) -> Result<Node, ClientError> {
-        Node::connect_by(&Route::PodNetwork, "", endpoint, timeouts).await
+        within(
+            &endpoint.addr(),
+            "connect",
+            timeouts.deadline,
+            Node::open(&Route::PodNetwork, "", endpoint, timeouts),
+        )
+        .await
     }
 
-    /// Connects to `pod`'s server at `endpoint` as `access` says.
-    pub async fn connect_via(
-        access: &Access<'_>,
-        pod: &str,
-        endpoint: &Endpoint,
-    ) -> Result<Node, ClientError> {
-        Node::connect_by(access.route, pod, endpoint, access.timeouts).await
-    }
-
-    async fn connect_by(
+    /// Opens a connection, with no deadline of its own (the caller's
+    /// covers it).
+    async fn open(
         route: &Route,
         pod: &str,
         endpoint: &Endpoint,
         timeouts: Timeouts,
     ) -> Result<Node, ClientError> {
         let addr = endpoint.addr();
-        let mut info: ConnectionInfo = ConnectionAddr::Tcp(endpoint.ip.clone(), endpoint.port)
-            .into_connection_info()
-            .map_err(|source| ClientError::Connect {
-                addr: addr.clone(),
-                source,
-            })?;
-        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(password) = &endpoint.password {
             settings = settings.set_password(password);
         }
-        info = info.set_redis_settings(settings);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeouts.connect))
-            // Commands are bounded below, one by one (WAIT needs longer).
-            .set_response_timeout(None);
-        let connecting = async {
-            match route {
-                Route::PodNetwork => {
-                    redis::Client::open(info)?
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                }
-                Route::PortForward(pods) => {
-                    let stream = port_forward(pods, pod, endpoint.port).await?;
-                    let (conn, driver) = MultiplexedConnection::new_with_config(
-                        info.redis_settings(),
-                        stream,
-                        config,
-                    )
-                    .await?;
-                    tokio::spawn(driver);
-                    Ok(conn)
-                }
+        // Each command is bounded by its caller's deadline (WAIT needs
+        // longer than the others).
+        let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        let connect_error = |source: io::Error| ClientError::Connect {
+            addr: addr.clone(),
+            source: source.into(),
+        };
+        let opened = match route {
+            Route::PodNetwork => {
+                let stream = tokio::net::TcpStream::connect((endpoint.ip.as_str(), endpoint.port))
+                    .await
+                    .map_err(connect_error)?;
+                stream.set_nodelay(true).map_err(connect_error)?;
+                handshake(&settings, stream, config).await
+            }
+            Route::PortForward(pods) => {
+                let stream = port_forward(pods, pod, endpoint.port)
+                    .await
+                    .map_err(connect_error)?;
+                handshake(&settings, stream, config).await
             }
         };
-        // The connect timeout covers TCP; AUTH gets the command timeout on top.
-        let conn = match tokio::time::timeout(timeouts.connect + timeouts.command, connecting).await
-        {
-            Err(_) => {
-                return Err(ClientError::Timeout {
-                    addr,
-                    command: "connect",
-                });
-            }
-            Ok(Err(source)) if is_auth_error(&source) => {
+        let conn = match opened {
+            Ok(c) => c,
+            Err(source) if is_auth_error(&source) => {
                 return Err(ClientError::Auth { addr, source });
             }
-            Ok(Err(source)) if source.is_timeout() => {
-                return Err(ClientError::Timeout {
-                    addr,
-                    command: "connect",
-                });
-            }
-            Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
-            Ok(Ok(conn)) => conn,
+            Err(source) => return Err(ClientError::Connect { addr, source }),
         };
         Ok(Node {
             addr,
@@ -207,22 +208,23 @@ impl Node {
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
-        match tokio::time::timeout(limit, fut).await {
-            Err(_) => Err(ClientError::Timeout {
-                addr: self.addr.clone(),
-                command,
-            }),
-            Ok(Err(source)) if is_auth_error(&source) => Err(ClientError::Auth {
-                addr: self.addr.clone(),
-                source,
-            }),
-            Ok(Err(source)) => Err(ClientError::Command {
-                addr: self.addr.clone(),
-                command,
-                source,
-            }),
-            Ok(Ok(v)) => Ok(v),
-        }
+        within(&self.addr, command, limit, async {
+            fut.await.map_err(|source| {
+                if is_auth_error(&source) {
+                    ClientError::Auth {
+                        addr: self.addr.clone(),
+                        source,
+                    }
+                } else {
+                    ClientError::Command {
+                        addr: self.addr.clone(),
+                        command,
+                        source,
+                    }
+                }
+            })
+        })
+        .await
     }
 
     async fn query<T: redis::FromRedisValue>(
@@ -231,17 +233,20 @@ impl Node {
         cmd: &redis::Cmd,
     ) -> Result<T, ClientError> {
         let mut conn = self.conn.clone();
-        self.run(command, self.timeouts.command, cmd.query_async(&mut conn))
+        self.run(command, self.timeouts.deadline, cmd.query_async(&mut conn))
             .await
     }
 
-    /// `INFO replication` and `INFO server`, parsed.
+    /// `INFO server` and `INFO replication` in one round trip, parsed.
     pub async fn replication_info(&self) -> Result<ReplicationInfo, ClientError> {
-        let server: String = self
-            .query("INFO server", redis::cmd("INFO").arg("server"))
-            .await?;
-        let replication: String = self
-            .query("INFO replication", redis::cmd("INFO").arg("replication"))
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("replication");
+        let (server, replication): (String, String) = self
+            .run("INFO", self.timeouts.deadline, pipe.query_async(&mut conn))
             .await?;
         let bad = |source| ClientError::Info {
             addr: self.addr.clone(),
@@ -335,7 +340,7 @@ impl Node {
                 addr: self.addr.clone(),
                 source: crate::redis::replication::error::InfoError::Invalid {
                     key: "ROLE",
-                    value: format!("{reply:?}"),
+                    value: info::excerpt(&format!("{reply:?}")),
                 },
             }),
         }
@@ -348,7 +353,7 @@ impl Node {
         let mut conn = self.conn.clone();
         self.run(
             "WAIT",
-            timeout + self.timeouts.command,
+            timeout + self.timeouts.deadline,
             redis::cmd("WAIT")
                 .arg(replicas)
                 .arg(ms)
@@ -357,7 +362,7 @@ impl Node {
         .await
     }
 
-    /// Runs any command on this connection, with the command timeout (for
+    /// Runs any command on this connection, within the deadline (for
     /// clients of the data, such as tests).
     pub async fn command<T: redis::FromRedisValue>(
         &self,
@@ -367,32 +372,481 @@ impl Node {
     }
 }
 
+/// Logs in (when there is a password) on `stream`, capped, and starts the
+/// connection's driver, which ends when the last handle to it is dropped.
+async fn handshake<S>(
+    settings: &RedisConnectionInfo,
+    stream: S,
+    config: AsyncConnectionConfig,
+) -> redis::RedisResult<MultiplexedConnection>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(settings, Capped::new(stream), config).await?;
+    tokio::spawn(driver);
+    Ok(conn)
+}
+
+/// `fut`, or a timeout once `limit` has passed.
+async fn within<T>(
+    addr: &str,
+    command: &'static str,
+    limit: Duration,
+    fut: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
+        Err(ClientError::Timeout {
+            addr: addr.to_string(),
+            command,
+        })
+    })
+}
+
+/// A stream that fails once the server has sent more than its cap since
+/// the client last wrote: the connection ends, and with it the reply being
+/// read, instead of memory growing with what a server chooses to send.
+pub struct Capped<S> {
+    inner: S,
+    unasked: usize,
+    cap: usize,
+}
+
+impl<S> Capped<S> {
+    pub fn new(inner: S) -> Self {
+        Capped::with_cap(inner, MAX_REPLY_BYTES)
+    }
+
+    pub fn with_cap(inner: S, cap: usize) -> Self {
+        Capped {
+            inner,
+            unasked: 0,
+            cap,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.unasked > this.cap {
+            return Poll::Ready(Err(too_much(this.cap)));
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let n = buf.filled().len() - before;
+        this.unasked += n;
+        if this.unasked > this.cap {
+            return Poll::Ready(Err(too_much(this.cap)));
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn too_much(cap: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the server sent more than {cap} bytes for one request; connection dropped"),
+    )
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        if n > 0 {
+            this.unasked = 0;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// A stream to `port` of `pod` through the API server: one port-forward
 /// per connection, which ends when the connection is dropped.
 async fn port_forward(
     pods: &Api<Pod>,
     pod: &str,
     port: u16,
-) -> Result<tokio::io::DuplexStream, redis::RedisError> {
-    let failed = |e: String| std::io::Error::other(format!("port-forward to {pod}:{port}: {e}"));
+) -> Result<tokio::io::DuplexStream, io::Error> {
+    let failed = |e: String| io::Error::other(format!("port-forward to {pod}:{port}: {e}"));
     let mut forwarder = pods
         .portforward(pod, &[port])
         .await
         .map_err(|e| failed(e.to_string()))?;
-    Ok(forwarder
+    forwarder
         .take_stream(port)
-        .ok_or_else(|| failed("no stream".into()))?)
+        .ok_or_else(|| failed("no stream".into()))
+}
+
+/// What a cached connection is for: the member (Pod name, IP, port), the
+/// password it logged in with, and whether it goes through a port-forward.
+/// A new Pod IP, a new password or another route is another connection.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ConnectionKey {
+    pub pod: String,
+    pub ip: String,
+    pub port: u16,
+    password: Option<String>,
+    forwarded: bool,
+}
+
+impl std::fmt::Debug for ConnectionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionKey")
+            .field("pod", &self.pod)
+            .field("ip", &self.ip)
+            .field("port", &self.port)
+            .field("forwarded", &self.forwarded)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Open connections, one per member, reused from round to round.
+#[derive(Default)]
+pub struct Connections {
+    open: Mutex<HashMap<ConnectionKey, (u64, Node)>>,
+    opened: AtomicU64,
+}
+
+impl Connections {
+    fn key(access: &Access<'_>, pod: &str, endpoint: &Endpoint) -> ConnectionKey {
+        ConnectionKey {
+            pod: pod.to_string(),
+            ip: endpoint.ip.clone(),
+            port: endpoint.port,
+            password: endpoint.password.clone(),
+            forwarded: matches!(access.route, Route::PortForward(_)),
+        }
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<ConnectionKey, (u64, Node)>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many connections were opened so far.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// How many are open now.
+    pub fn len(&self) -> usize {
+        self.open().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps only the connections `keep` accepts (the Pods that remain).
+    pub fn retain(&self, mut keep: impl FnMut(&ConnectionKey) -> bool) {
+        self.open().retain(|k, _| keep(k));
+    }
+
+    /// Runs `step` on `pod`'s server at `endpoint`, on the cached
+    /// connection or a new one, all within one [`Timeouts::deadline`]
+    /// (`what` names the step in a timeout). A failed step drops the
+    /// connection: the next one connects afresh.
+    pub async fn call<T, F, Fut>(
+        &self,
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+        what: &'static str,
+        step: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnOnce(Node) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let key = Connections::key(access, pod, endpoint);
+        let cached = self.open().get(&key).cloned();
+        let mut used = None;
+        let result = within(&endpoint.addr(), what, access.timeouts.deadline, async {
+            let (id, node) = match cached {
+                Some(c) => c,
+                None => {
+                    let node = Node::open(access.route, pod, endpoint, access.timeouts).await?;
+                    let id = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.open().insert(key.clone(), (id, node.clone()));
+                    (id, node)
+                }
+            };
+            used = Some(id);
+            step(node).await
+        })
+        .await;
+        if result.is_err()
+            && let Some(id) = used
+        {
+            let mut open = self.open();
+            if open.get(&key).is_some_and(|(i, _)| *i == id) {
+                open.remove(&key);
+            }
+        }
+        result
+    }
+
+    /// `pod`'s replication state, within one deadline.
+    pub async fn observe(
+        &self,
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+    ) -> Result<ReplicationInfo, ClientError> {
+        self.call(access, pod, endpoint, "INFO", |node: Node| async move {
+            node.replication_info().await
+        })
+        .await
+    }
 }
 
 /// Connects to `pod`'s server at `endpoint` as `access` says and reads its
-/// replication state.
+/// replication state, on a connection of its own, within one deadline.
 pub async fn observe(
     access: &Access<'_>,
     pod: &str,
     endpoint: &Endpoint,
 ) -> Result<ReplicationInfo, ClientError> {
-    Node::connect_via(access, pod, endpoint)
-        .await?
-        .replication_info()
-        .await
+    Connections::default().observe(access, pod, endpoint).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::time::Instant;
+
+    const DEADLINE: Duration = Duration::from_millis(400);
+
+    /// A fake server on loopback: `serve` runs for every connection it
+    /// accepts. Returns its port.
+    async fn fake<F, Fut>(serve: F) -> u16
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream));
+            }
+        });
+        port
+    }
+
+    async fn observe_fake(port: u16, password: Option<&str>) -> (Result<(), String>, Duration) {
+        let route = Route::PodNetwork;
+        let access = Access {
+            password,
+            timeouts: Timeouts { deadline: DEADLINE },
+            route: &route,
+        };
+        let started = Instant::now();
+        let result = Connections::default()
+            .observe(&access, "p", &access.endpoint("127.0.0.1", port))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        (result, started.elapsed())
+    }
+
+    /// Reads one request (whatever arrives in one read).
+    async fn read_some(stream: &mut tokio::net::TcpStream) -> bool {
+        let mut buf = [0u8; 4096];
+        matches!(stream.read(&mut buf).await, Ok(n) if n > 0)
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_and_never_answers_costs_one_deadline() {
+        let port = fake(|mut s| async move { while read_some(&mut s).await {} }).await;
+        let (result, took) = observe_fake(port, None).await;
+        let err = result.unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(took >= DEADLINE && took < DEADLINE * 2, "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn steps_that_each_fit_a_timeout_share_one_deadline() {
+        // AUTH, then the INFO pipeline: each answered after 60 % of the
+        // deadline, so each would fit a timeout of its own; together they
+        // do not.
+        let port = fake(|mut s| async move {
+            while read_some(&mut s).await {
+                tokio::time::sleep(DEADLINE * 6 / 10).await;
+                if s.write_all(b"+OK\r\n").await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        let (result, took) = observe_fake(port, Some("pw")).await;
+        let err = result.unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(took < DEADLINE + DEADLINE / 2, "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_trickles_its_answer_costs_one_deadline() {
+        let port = fake(|mut s| async move {
+            read_some(&mut s).await;
+            if s.write_all(b"$100000\r\n").await.is_err() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if s.write_all(b"x").await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        let (result, took) = observe_fake(port, None).await;
+        let err = result.unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(took >= DEADLINE && took < DEADLINE * 2, "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_huge_answer_is_cut_off_not_read_whole() {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counted = sent.clone();
+        let port = fake(move |mut s| {
+            let sent = counted.clone();
+            async move {
+                read_some(&mut s).await;
+                // A bulk string of 64 MB, sent as fast as it goes.
+                if s.write_all(b"$67108864\r\n").await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'a'; 64 * 1024];
+                while s.write_all(&chunk).await.is_ok() {
+                    sent.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let route = Route::PodNetwork;
+        let access = Access {
+            password: None,
+            timeouts: Timeouts {
+                deadline: Duration::from_secs(10),
+            },
+            route: &route,
+        };
+        let started = Instant::now();
+        let err = Connections::default()
+            .observe(&access, "p", &access.endpoint("127.0.0.1", port))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("timed out"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Give the server time to notice the connection is gone.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let sent = sent.load(Ordering::Relaxed);
+        // What the server got out: what the client read (the cap) plus the
+        // sockets' buffers, far below the 64 MB announced.
+        assert!(sent < 24 << 20, "{sent} bytes sent");
+    }
+
+    #[tokio::test]
+    async fn the_cap_counts_from_the_last_request() {
+        let (client, mut server) = tokio::io::duplex(1 << 16);
+        let mut capped = Capped::with_cap(client, 10);
+        server.write_all(b"12345678").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(capped.read(&mut buf).await.unwrap(), 8);
+        capped.write_all(b"ask").await.unwrap();
+        server.write_all(b"12345678").await.unwrap();
+        assert_eq!(capped.read(&mut buf).await.unwrap(), 8, "counted afresh");
+        server.write_all(b"12345").await.unwrap();
+        let err = capped.read(&mut buf).await.unwrap_err();
+        assert!(err.to_string().contains("more than 10 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_and_dropped_when_a_step_fails() {
+        // Answers INFO with a minimal valid answer, every time; fails once
+        // asked for anything after a `FAIL` marker.
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let port = fake(move |mut s| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let server = "# Server\r\nrun_id:abc\r\n";
+                let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:x\r\nmaster_repl_offset:0\r\n";
+                let reply = format!(
+                    "${}\r\n{server}\r\n${}\r\n{repl}\r\n",
+                    server.len(),
+                    repl.len()
+                );
+                let mut buf = [0u8; 4096];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(n) if n > 0 => {
+                            if buf[..n].windows(4).any(|w| w == b"ROLE") {
+                                // A broken answer: the step fails.
+                                let _ = s.write_all(b"*1\r\n:1\r\n").await;
+                            } else if s.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        _ => return,
+                    }
+                }
+            }
+        })
+        .await;
+        let route = Route::PodNetwork;
+        let access = Access {
+            password: None,
+            timeouts: Timeouts { deadline: DEADLINE },
+            route: &route,
+        };
+        let endpoint = access.endpoint("127.0.0.1", port);
+        let connections = Connections::default();
+        for _ in 0..5 {
+            connections
+                .observe(&access, "p", &endpoint)
+                .await
+                .expect("a good answer");
+        }
+        assert_eq!(connections.opened(), 1);
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
+        let failed = connections
+            .call(&access, "p", &endpoint, "ROLE", |n: Node| async move {
+                n.role().await
+            })
+            .await;
+        assert!(failed.is_err());
+        assert!(connections.is_empty(), "dropped after the failure");
+        connections.observe(&access, "p", &endpoint).await.unwrap();
+        assert_eq!(connections.opened(), 2);
+        // Another Pod at the same address, or another password, is another
+        // connection.
+        connections.observe(&access, "q", &endpoint).await.unwrap();
+        assert_eq!(connections.opened(), 3);
+        connections.retain(|k| k.pod == "q");
+        assert_eq!(connections.len(), 1);
+    }
 }

@@ -4,6 +4,13 @@
 //! (CRLF-terminated). Unknown keys are ignored, so newer servers parse too;
 //! keys this module relies on must be present, or parsing fails with the
 //! key's name.
+//!
+//! The server's answer is not trusted to size anything: at most
+//! [`MAX_LINES`] lines are read (the connection already caps a reply's
+//! bytes), counts such as `connected_slaves` never make the parser look for
+//! more than the answer holds, and a value quoted in an error is cut to
+//! [`EXCERPT_CHARS`] characters, so an error message (which goes into the
+//! status and Events) stays small.
 
 use std::collections::HashMap;
 
@@ -108,8 +115,24 @@ impl ReplicationInfo {
     }
 }
 
+/// The most lines of one `INFO` section read; a real one has fewer than
+/// 100, plus one per connected replica.
+pub const MAX_LINES: usize = 4096;
+
+/// The most characters of a server's value quoted in an error.
+pub const EXCERPT_CHARS: usize = 64;
+
+/// `value`, cut to [`EXCERPT_CHARS`] characters (marked with `...`).
+pub fn excerpt(value: &str) -> String {
+    match value.char_indices().nth(EXCERPT_CHARS) {
+        None => value.to_string(),
+        Some((at, _)) => format!("{}...", &value[..at]),
+    }
+}
+
 fn fields(text: &str) -> HashMap<&str, &str> {
     text.lines()
+        .take(MAX_LINES)
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .filter_map(|l| l.split_once(':'))
@@ -123,7 +146,7 @@ fn required<'a>(f: &HashMap<&str, &'a str>, key: &'static str) -> Result<&'a str
 fn number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T, InfoError> {
     value.parse().map_err(|_| InfoError::Invalid {
         key,
-        value: value.to_string(),
+        value: excerpt(value),
     })
 }
 
@@ -141,7 +164,7 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
         other => {
             return Err(InfoError::Invalid {
                 key: "role",
-                value: other.to_string(),
+                value: excerpt(other),
             });
         }
     };
@@ -262,6 +285,40 @@ mod tests {
         );
         let info = parse_replication(&text, "r".into()).unwrap();
         assert_eq!(info.connected_replicas.len(), 2);
+    }
+
+    #[test]
+    fn a_huge_answer_is_read_only_so_far_and_quoted_short() {
+        // Many lines: only the first MAX_LINES are looked at, so a field
+        // after them is missing.
+        let mut text = String::from("# Replication\r\n");
+        for n in 0..(MAX_LINES + 10) {
+            text.push_str(&format!("junk{n}:x\r\n"));
+        }
+        text.push_str("role:master\r\n");
+        assert_eq!(
+            parse_replication(&text, "r".into()).unwrap_err(),
+            InfoError::Missing("role")
+        );
+        // A huge value is quoted by its start only.
+        let huge = "9".repeat(1 << 20);
+        let err = parse_replication(
+            &PRIMARY.replace(
+                "master_repl_offset:1512",
+                &format!("master_repl_offset:{huge}"),
+            ),
+            "r".into(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().len() < 200, "{}", err.to_string().len());
+        let err = parse_replication(
+            &PRIMARY.replace("role:master", &format!("role:{huge}")),
+            "r".into(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().len() < 200);
+        assert_eq!(excerpt("short"), "short");
+        assert_eq!(excerpt(&"é".repeat(100)).chars().count(), EXCERPT_CHARS + 3);
     }
 
     #[test]

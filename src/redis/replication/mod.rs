@@ -3,8 +3,11 @@
 //! [`crate::redis::hooks`] on every reconcile.
 //!
 //! - [`info`]: parsing `INFO replication` / `INFO server`.
-//! - [`client`]: one connection per Pod (IP and port), with timeouts and an
-//!   optional password.
+//! - [`client`]: one connection per Pod (IP and port), cached between
+//!   rounds, with one deadline per step, a cap on what a server may send,
+//!   and an optional password.
+//! - [`observer`]: one task per member keeping its latest `INFO` fresh, so
+//!   that a round waits for no silent member.
 //! - [`topology`]: the pure planner: who is primary, whom to promote, whom
 //!   to repoint or fence, when to switch over.
 //! - [`act`]: observing every member concurrently, executing a plan, and
@@ -84,6 +87,7 @@ pub mod config;
 pub mod error;
 pub mod info;
 pub mod objects;
+pub mod observer;
 pub mod topology;
 
 pub use error::{ActionError, ClientError, ConfigError, InfoError};

@@ -1,0 +1,277 @@
+//! Observing the members of one Redis off the reconcile: one task per
+//! member keeps its latest `INFO` fresh on a cached connection, and a round
+//! takes the latest answers instead of asking and waiting itself.
+//!
+//! A round ([`Observer::latest`]) asks every member's task for an answer
+//! at once and uses, per member:
+//! - the latest answer, when it was a failure: the member is silent (or
+//!   was, one attempt ago), and its task is already trying again; nobody
+//!   waits for it. This is what keeps one node going away from holding the
+//!   reconcile workers: a round waits for a silent member once, when it
+//!   goes silent, never again while it stays so;
+//! - otherwise an answer asked after the round began, waited for up to two
+//!   deadlines (one that began just before, then its own). A good answer
+//!   from before the round is never used: a member may have restarted or
+//!   been commanded since, and a round that took an old answer for the
+//!   current one could find a set "replicated" that is not.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::redis::replication::client::{Access, Connections, Endpoint, Route, Timeouts};
+use crate::redis::replication::error::ClientError;
+use crate::redis::replication::info::ReplicationInfo;
+
+/// How often each member is asked when no round asks sooner: keeps its
+/// connection alive and notices a silent member answering again.
+pub const PERIOD: Duration = Duration::from_secs(1);
+
+/// One answer (or failure) of a member.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// When it was asked.
+    pub asked: Instant,
+    pub result: Result<ReplicationInfo, Arc<ClientError>>,
+}
+
+/// What a member's task is for: a new IP, port, password or route starts
+/// another.
+#[derive(Clone, PartialEq, Eq)]
+struct Target {
+    ip: String,
+    port: u16,
+    password: Option<String>,
+    forwarded: bool,
+    timeouts: Timeouts,
+}
+
+struct Watcher {
+    target: Target,
+    latest: watch::Sender<Option<Arc<Sample>>>,
+    nudge: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The observing tasks of one Redis's members, and their connections.
+pub struct Observer {
+    watchers: Mutex<HashMap<String, Watcher>>,
+    connections: Arc<Connections>,
+    period: Duration,
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Observer::new(PERIOD)
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("members", &self.watchers().len())
+            .field("connections", &self.connections.len())
+            .finish()
+    }
+}
+
+impl Observer {
+    pub fn new(period: Duration) -> Self {
+        Observer {
+            watchers: Mutex::new(HashMap::new()),
+            connections: Arc::new(Connections::default()),
+            period,
+        }
+    }
+
+    fn watchers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connections, shared by the observing tasks and the commands.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
+    }
+
+    /// Stops observing, and closes the connections of, every member not in
+    /// `keep` (Pod name and IP).
+    pub fn retain(&self, keep: &[(&str, &str)]) {
+        let kept = |pod: &str, ip: &str| keep.iter().any(|(p, i)| *p == pod && *i == ip);
+        self.watchers().retain(|pod, w| kept(pod, &w.target.ip));
+        self.connections.retain(|k| kept(&k.pod, &k.ip));
+    }
+
+    /// `pod`'s answer for a round, as the module documentation says.
+    pub async fn latest(
+        &self,
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+    ) -> Result<ReplicationInfo, Arc<ClientError>> {
+        let called = Instant::now();
+        let (mut rx, nudge) = self.watch(access, pod, endpoint);
+        let current = rx.borrow_and_update().clone();
+        // Ask now (a silent member's task asks again as soon as its
+        // attempt under way ends).
+        nudge.notify_one();
+        if let Some(s) = current
+            && s.result.is_err()
+        {
+            return s.result.clone();
+        }
+        let wait = async {
+            loop {
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+                let s = rx.borrow_and_update().clone();
+                if let Some(s) = s
+                    && (s.asked >= called || s.result.is_err())
+                {
+                    return Some(s.result.clone());
+                }
+            }
+        };
+        // The task's attempts are bounded by the deadline: one that began
+        // just before this call, then its own.
+        let limit = access.timeouts.deadline * 2;
+        match tokio::time::timeout(limit, wait).await {
+            Ok(Some(result)) => result,
+            _ => Err(Arc::new(ClientError::Timeout {
+                addr: endpoint.addr(),
+                command: "INFO",
+            })),
+        }
+    }
+
+    /// The member's watch, started (or restarted, when its target changed)
+    /// as needed.
+    fn watch(
+        &self,
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+    ) -> (watch::Receiver<Option<Arc<Sample>>>, Arc<Notify>) {
+        let target = Target {
+            ip: endpoint.ip.clone(),
+            port: endpoint.port,
+            password: endpoint.password.clone(),
+            forwarded: matches!(access.route, Route::PortForward(_)),
+            timeouts: access.timeouts,
+        };
+        let mut watchers = self.watchers();
+        let fresh = watchers.get(pod).is_none_or(|w| w.target != target);
+        if fresh {
+            let (latest, _) = watch::channel(None);
+            let nudge = Arc::new(Notify::new());
+            let task = tokio::spawn(observe_member(
+                self.connections.clone(),
+                access.route.clone(),
+                access.timeouts,
+                pod.to_string(),
+                endpoint.clone(),
+                latest.clone(),
+                nudge.clone(),
+                self.period,
+            ));
+            watchers.insert(
+                pod.to_string(),
+                Watcher {
+                    target,
+                    latest,
+                    nudge,
+                    task,
+                },
+            );
+        }
+        let w = &watchers[pod];
+        (w.latest.subscribe(), w.nudge.clone())
+    }
+}
+
+/// One member's task: ask, publish, sleep a period or until nudged.
+#[allow(clippy::too_many_arguments)]
+async fn observe_member(
+    connections: Arc<Connections>,
+    route: Route,
+    timeouts: Timeouts,
+    pod: String,
+    endpoint: Endpoint,
+    latest: watch::Sender<Option<Arc<Sample>>>,
+    nudge: Arc<Notify>,
+    period: Duration,
+) {
+    let access = Access {
+        password: endpoint.password.as_deref(),
+        timeouts,
+        route: &route,
+    };
+    loop {
+        let asked = Instant::now();
+        let result = connections
+            .observe(&access, &pod, &endpoint)
+            .await
+            .map_err(Arc::new);
+        latest.send_replace(Some(Arc::new(Sample { asked, result })));
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = nudge.notified() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn a_silent_member_is_waited_for_once_then_never() {
+        // Accepts, reads, never answers.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        let deadline = Duration::from_millis(300);
+        let route = Route::PodNetwork;
+        let access = Access {
+            password: None,
+            timeouts: Timeouts { deadline },
+            route: &route,
+        };
+        let endpoint = access.endpoint("127.0.0.1", port);
+        let observer = Observer::default();
+        let started = Instant::now();
+        let first = observer.latest(&access, "silent", &endpoint).await;
+        assert!(first.is_err());
+        assert!(started.elapsed() < deadline * 2, "{:?}", started.elapsed());
+        for _ in 0..3 {
+            let started = Instant::now();
+            let again = observer.latest(&access, "silent", &endpoint).await;
+            assert!(again.is_err());
+            assert!(
+                started.elapsed() < Duration::from_millis(50),
+                "a known-silent member costs no wait: {:?}",
+                started.elapsed()
+            );
+        }
+        observer.retain(&[]);
+        assert!(observer.watchers().is_empty());
+    }
+}
