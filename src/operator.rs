@@ -208,6 +208,8 @@ pub async fn run(
     let (redis_wake, app_wake) = (redis_tx.clone(), app_tx.clone());
     // And so does the one Service watch, for the owner of each Service.
     let service_routes = (redis_tx.clone(), app_tx.clone());
+    // And so do the Redis members' observing tasks, when an answer changes.
+    let redis_observed = redis_tx.clone();
     let (redis_relist_tx, redis_relist_rx) = unbounded();
     let (app_relist_tx, app_relist_rx) = unbounded();
     let (pods, pod_driver) = pod_watch::start(
@@ -258,6 +260,7 @@ pub async fn run(
                 args.concurrent_reconciles.into(),
             ),
             (args.redis_connect == Some(RedisConnect::PortForward)).then(|| client.clone()),
+            Some(redis_observed),
         ),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));

@@ -1446,3 +1446,41 @@ async fn a_silent_member_of_one_redis_does_not_delay_anothers_failover() {
         "{took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_dies_wakes_its_redis_and_is_replaced_without_waiting_out_its_silence() {
+    use std::sync::atomic::AtomicUsize;
+    let mut set = Set::start(3, None).await;
+    let woken = Arc::new(AtomicUsize::new(0));
+    let count = woken.clone();
+    set.memory = Memory::waking(Arc::new(move || {
+        count.fetch_add(1, Ordering::SeqCst);
+    }));
+    let old = set.converge().await;
+    // Rounds of a set at rest change nothing the planner reads: no wake.
+    for _ in 0..3 {
+        set.round().await;
+    }
+    let quiet = woken.load(Ordering::SeqCst);
+
+    set.server_mut(&old).kill9().await;
+    let killed = Instant::now();
+    // Without any round, the dead member's observing task notices (within
+    // its period) and asks for one.
+    while woken.load(Ordering::SeqCst) == quiet {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "no wake after the primary died"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let woke_after = killed.elapsed();
+    // Its address refuses connections: the process is gone, so the next
+    // round replaces it at once (not after failover_after of silence).
+    let round = set.until("a new primary", |r| r.plan.cause.is_some()).await;
+    assert_eq!(
+        round.plan.cause,
+        Some(podkeeper::redis::replication::topology::Cause::PrimaryStopped)
+    );
+    eprintln!("woken {woke_after:?} after kill -9; promoted in the round that followed");
+}

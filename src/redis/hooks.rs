@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
@@ -64,14 +66,22 @@ pub struct ReplicationExtras {
     /// Set when members are reached through port-forwards (the operator
     /// outside the cluster), not at their Pod IPs.
     port_forward: Option<kube::Client>,
+    /// Asks the controller for a reconcile of a Redis (its members' answers
+    /// changed).
+    wake: Option<UnboundedSender<ObjectRef<Redis>>>,
 }
 
 impl ReplicationExtras {
-    pub fn new(applier: ServiceApplier<Redis>, port_forward: Option<kube::Client>) -> Self {
+    pub fn new(
+        applier: ServiceApplier<Redis>,
+        port_forward: Option<kube::Client>,
+        wake: Option<UnboundedSender<ObjectRef<Redis>>>,
+    ) -> Self {
         let port_forward_is_set = port_forward.is_some();
         ReplicationExtras {
             applier,
             port_forward,
+            wake,
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -90,12 +100,25 @@ impl ReplicationExtras {
         }
     }
 
-    fn silence(&self, uid: &str) -> Arc<Memory> {
+    fn silence(&self, owner: &Owner) -> Arc<Memory> {
         self.silence
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(uid.to_string())
-            .or_default()
+            .entry(owner.reference.uid.clone())
+            .or_insert_with(|| {
+                Arc::new(match &self.wake {
+                    Some(tx) => {
+                        let (tx, object) = (
+                            tx.clone(),
+                            ObjectRef::new(&owner.name).within(&owner.namespace),
+                        );
+                        Memory::waking(Arc::new(move || {
+                            let _ = tx.unbounded_send(object.clone());
+                        }))
+                    }
+                    None => Memory::default(),
+                })
+            })
             .clone()
     }
 
@@ -392,7 +415,7 @@ impl Extras<Redis> for ReplicationExtras {
         };
         let port = u16::try_from(redis.spec.port).unwrap_or(6379);
         let refs = pod_refs(&pods, port, &retiring);
-        let silence = self.silence(&owner.reference.uid);
+        let silence = self.silence(owner);
         // A promotion is recorded in status.primary before it is carried
         // out, by a write that fails when anyone (another leader, a
         // user) wrote the status since this reconcile read it.

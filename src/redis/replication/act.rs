@@ -54,6 +54,14 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Memory {
+    /// A memory whose observer calls `wake` when a member's answer changes.
+    pub fn waking(wake: crate::redis::replication::observer::Wake) -> Self {
+        Memory {
+            observer: Observer::waking(crate::redis::replication::observer::PERIOD, wake),
+            ..Memory::default()
+        }
+    }
+
     fn note(&self, pod: &str, answered: Option<&ReplicationInfo>, now: Timestamp) -> Observed {
         let mut since = locked(&self.silent_since);
         let mut last = locked(&self.last_seen);
@@ -165,6 +173,9 @@ pub async fn observe(
     let mut members = Vec::with_capacity(pods.len());
     let mut errors = Vec::new();
     for (p, answer) in pods.iter().zip(answers) {
+        // A refused connection says the process is gone, sooner than the
+        // kubelet reports its container stopped.
+        let refused = matches!(&answer, Some(Err(e)) if e.refused());
         let observed = match answer {
             Some(Ok(info)) => memory.note(&p.pod, Some(&info), now),
             other => {
@@ -180,7 +191,7 @@ pub async fn observe(
             port: p.port,
             ready: p.ready,
             deleting: p.deleting,
-            stopped: p.stopped,
+            stopped: p.stopped || refused,
             retiring: p.retiring,
             observed,
         });

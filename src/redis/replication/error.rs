@@ -42,6 +42,14 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The member's address refused the connection: its Pod's network is
+    /// there but nothing listens on the port, so its redis-server is not
+    /// running (exited, or restarting) and what it held in memory is gone.
+    /// A partition never answers so (its packets are dropped: a timeout).
+    pub fn refused(&self) -> bool {
+        matches!(self, ClientError::Connect { source, .. } if source.is_connection_refusal())
+    }
+
     /// A short, fixed label for metrics and conditions.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -30,6 +30,24 @@ use crate::redis::replication::info::ReplicationInfo;
 /// connection alive and notices a silent member answering again.
 pub const PERIOD: Duration = Duration::from_secs(1);
 
+/// The longest pause between a silent member's attempts when no round asks
+/// sooner (the pause doubles from [`PERIOD`] with each failure in a row): a
+/// member that never answers (a node gone, or a Pod that runs no
+/// redis-server) costs little, and every round still asks it at once.
+pub const SILENT_MAX: Duration = Duration::from_secs(30);
+
+/// How long a member's task waits before asking again on its own, after
+/// `failures` failed attempts in a row.
+fn pause(period: Duration, failures: u32) -> Duration {
+    match failures {
+        0 | 1 => period,
+        n => (period * 2u32.pow((n - 1).min(5))).min(SILENT_MAX.max(period)),
+    }
+}
+
+/// Asks for a round of the Redis whose member's answer changed.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
 /// One answer (or failure) of a member.
 #[derive(Clone, Debug)]
 pub struct Sample {
@@ -67,6 +85,11 @@ pub struct Observer {
     watchers: Mutex<HashMap<String, Watcher>>,
     connections: Arc<Connections>,
     period: Duration,
+    /// Called when a member's answer changes in what the planner reads (it
+    /// stops or starts answering, its role, process, primary or link
+    /// changes): a primary that dies is acted on at its task's next
+    /// attempt, not at the Redis's next requeue.
+    wake: Option<Wake>,
 }
 
 impl Default for Observer {
@@ -90,6 +113,15 @@ impl Observer {
             watchers: Mutex::new(HashMap::new()),
             connections: Arc::new(Connections::default()),
             period,
+            wake: None,
+        }
+    }
+
+    /// An observer that calls `wake` when a member's answer changes.
+    pub fn waking(period: Duration, wake: Wake) -> Self {
+        Observer {
+            wake: Some(wake),
+            ..Observer::new(period)
         }
     }
 
@@ -182,6 +214,7 @@ impl Observer {
                 latest.clone(),
                 nudge.clone(),
                 self.period,
+                self.wake.clone(),
             ));
             watchers.insert(
                 pod.to_string(),
@@ -209,23 +242,58 @@ async fn observe_member(
     latest: watch::Sender<Option<Arc<Sample>>>,
     nudge: Arc<Notify>,
     period: Duration,
+    wake: Option<Wake>,
 ) {
     let access = Access {
         password: endpoint.password.as_deref(),
         timeouts,
         route: &route,
     };
+    let mut failures = 0u32;
     loop {
         let asked = Instant::now();
         let result = connections
             .observe(&access, &pod, &endpoint)
             .await
             .map_err(Arc::new);
-        latest.send_replace(Some(Arc::new(Sample { asked, result })));
+        failures = if result.is_err() {
+            failures.saturating_add(1)
+        } else {
+            0
+        };
+        let before = latest.send_replace(Some(Arc::new(Sample { asked, result })));
+        if let (Some(wake), Some(before)) = (&wake, before)
+            && changed(
+                &before.result,
+                &latest.borrow().as_ref().expect("just sent").result,
+            )
+        {
+            wake();
+        }
         tokio::select! {
-            () = tokio::time::sleep(period) => {}
+            () = tokio::time::sleep(pause(period, failures)) => {}
             () = nudge.notified() => {}
         }
+    }
+}
+
+/// Whether the planner could decide differently on `after` than on
+/// `before`: a member that stops or starts answering, or whose role,
+/// process, primary, link or sync changed. Offsets move all the time and do
+/// not count.
+fn changed(
+    before: &Result<ReplicationInfo, Arc<ClientError>>,
+    after: &Result<ReplicationInfo, Arc<ClientError>>,
+) -> bool {
+    match (before, after) {
+        (Ok(b), Ok(a)) => {
+            (b.role, &b.run_id, &b.master_host, b.master_port, b.link_up)
+                != (a.role, &a.run_id, &a.master_host, a.master_port, a.link_up)
+                || b.sync_in_progress != a.sync_in_progress
+                || b.failover_in_progress() != a.failover_in_progress()
+        }
+        (Err(_), Err(_)) => false,
+        _ => true,
     }
 }
 
@@ -234,6 +302,58 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
+
+    #[test]
+    fn a_silent_member_is_asked_less_and_less_often_on_its_own() {
+        let p = PERIOD;
+        let pauses: Vec<Duration> = (0..9).map(|n| pause(p, n)).collect();
+        assert_eq!(pauses[0], p, "answering: every period");
+        assert_eq!(pauses[1], p, "the first failure: again a period later");
+        assert_eq!(&pauses[2..5], &[p * 2, p * 4, p * 8]);
+        assert_eq!(pauses[8], SILENT_MAX);
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn only_what_the_planner_reads_wakes_a_redis() {
+        use crate::redis::replication::info::{ReplicationInfo, Role};
+        let info = |role, link_up, offset| ReplicationInfo {
+            role,
+            run_id: "r".into(),
+            master_host: Some("10.0.0.1".into()),
+            master_port: Some(6379),
+            link_up,
+            sync_in_progress: false,
+            slave_repl_offset: Some(offset),
+            master_last_io_seconds: Some(0),
+            master_repl_offset: offset,
+            master_replid: "h".into(),
+            failover_state: "no-failover".into(),
+            connected_replicas: vec![],
+        };
+        let err = || {
+            Err(Arc::new(ClientError::Timeout {
+                addr: "a".into(),
+                command: "INFO",
+            }))
+        };
+        let ok = |role, link_up, offset| Ok(info(role, link_up, offset));
+        assert!(!changed(
+            &ok(Role::Replica, true, 1),
+            &ok(Role::Replica, true, 900)
+        ));
+        assert!(changed(
+            &ok(Role::Replica, true, 1),
+            &ok(Role::Replica, false, 1)
+        ));
+        assert!(changed(
+            &ok(Role::Replica, true, 1),
+            &ok(Role::Primary, true, 1)
+        ));
+        assert!(changed(&ok(Role::Replica, true, 1), &err()));
+        assert!(changed(&err(), &ok(Role::Replica, true, 1)));
+        assert!(!changed(&err(), &err()));
+    }
 
     #[tokio::test]
     async fn a_silent_member_is_waited_for_once_then_never() {

@@ -109,7 +109,10 @@ impl Member {
 
     /// Silent, with an address: it may have run and may hold data.
     fn may_hold_data_unseen(&self) -> bool {
-        matches!(self.observed, Observed::Unreachable { .. }) && self.ip.is_some() && !self.deleting
+        matches!(self.observed, Observed::Unreachable { .. })
+            && self.ip.is_some()
+            && !self.deleting
+            && !self.stopped
     }
 }
 
