@@ -30,6 +30,8 @@ pub enum Command {
     Dev(DevArgs),
     /// Benchmark convergence against the ReplicaSet controller and the API
     /// server's ceiling, on a local control plane (use a release build).
+    /// PODKEEPER_BENCH_OPERATOR_WRAPPER="heaptrack -o /tmp/hp" runs the
+    /// operator under a profiler (build with `--features glibc-malloc`).
     Bench(BenchArgs),
     /// Failover, switchover, image rollout and scale-down of a Redis on a
     /// kind cluster with the operator deployed, measured by a client Pod

@@ -3,6 +3,8 @@ use podkeeper_dev::cli::{Cli, Command};
 
 /// The operator's allocator, so that `dev` and the benchmarks measure the
 /// operator as the image ships it (see the operator's `main.rs`).
+/// (`--features glibc-malloc`: glibc's, for heap profilers that hook malloc.)
+#[cfg(not(feature = "glibc-malloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

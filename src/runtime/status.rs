@@ -29,7 +29,11 @@ pub struct StatusWriter {
 #[derive(Clone)]
 struct Written {
     resource_version: u64,
-    status: serde_json::Value,
+    /// The status as written, compact JSON: as a `serde_json::Value` it
+    /// took about 7 KiB per Redis (heaptrack at 1000 x 3: 7 of the
+    /// operator's 80 MiB of heap), and it is read back only when the cache
+    /// lags behind the write ([`StatusWriter::freshest`]).
+    status: Box<str>,
     generation: Option<i64>,
     at: std::time::Instant,
     /// Whether it described the object at rest.
@@ -157,7 +161,7 @@ impl StatusWriter {
                 .status
                 .clone()
         };
-        with_status(obj, status)
+        with_status(obj, serde_json::from_str(&status).ok()?)
     }
 
     /// Writes `status` to the status subresource unless it is already
@@ -264,7 +268,7 @@ impl StatusWriter {
                     uid,
                     Written {
                         resource_version: rv,
-                        status: wanted,
+                        status: wanted.to_string().into(),
                         generation: meta.generation,
                         at: std::time::Instant::now(),
                         at_rest: pace == Pace::AtRest,
@@ -375,18 +379,15 @@ mod tests {
         };
         let ours = Written {
             resource_version: 7,
-            status: serde_json::to_value(redis("7", 3).status).unwrap(),
+            status: serde_json::to_string(&redis("7", 3).status).unwrap().into(),
             generation: None,
             at: std::time::Instant::now(),
             at_rest: false,
             held_since: None,
         };
         let stale = redis("5", 2);
-        let fresh = with_status(
-            &stale,
-            newer_write(Some(&ours), &stale).unwrap().status.clone(),
-        )
-        .unwrap();
+        let written = &newer_write(Some(&ours), &stale).unwrap().status;
+        let fresh = with_status(&stale, serde_json::from_str(written).unwrap()).unwrap();
         assert_eq!(fresh.status.unwrap().ready_replicas, 3);
         assert_eq!(fresh.metadata.resource_version.as_deref(), Some("5"));
         for current in ["7", "9"] {
@@ -398,7 +399,7 @@ mod tests {
     fn status_writes_wait_out_the_interval_except_a_new_generation_or_coming_to_rest() {
         let last = |at_rest: bool, ago: Duration| Written {
             resource_version: 1,
-            status: serde_json::Value::Null,
+            status: "null".into(),
             generation: Some(2),
             at: std::time::Instant::now() - ago,
             at_rest,

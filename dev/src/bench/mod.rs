@@ -90,6 +90,8 @@ fn replicaset_settled(r: &ReplicaSet, replicas: usize) -> bool {
 struct OperatorProcess {
     child: tokio::process::Child,
     pid: u32,
+    /// Started under PODKEEPER_BENCH_OPERATOR_WRAPPER.
+    wrapped: bool,
     log: PathBuf,
     _kubeconfig: tempfile::NamedTempFile,
 }
@@ -102,12 +104,27 @@ impl OperatorProcess {
         let out = std::fs::File::create(log).map_err(other)?;
         let err = out.try_clone().map_err(other)?;
         let exe = std::env::current_exe().map_err(other)?;
+        // PODKEEPER_BENCH_OPERATOR_WRAPPER prefixes the operator's command
+        // (say `heaptrack -o /tmp/hp`, with a build whose allocator it sees:
+        // `--features glibc-malloc`); RSS and CPU are then the operator's,
+        // a child of the wrapper, which gets a SIGTERM at the end.
+        let wrapper: Vec<String> = std::env::var("PODKEEPER_BENCH_OPERATOR_WRAPPER")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
         let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
             let mut c = tokio::process::Command::new("/usr/bin/setpriv");
-            c.args(["--pdeathsig", "KILL", "--"]).arg(exe);
+            c.args(["--pdeathsig", "KILL", "--"])
+                .args(&wrapper)
+                .arg(&exe);
+            c
+        } else if let Some((first, rest)) = wrapper.split_first() {
+            let mut c = tokio::process::Command::new(first);
+            c.args(rest).arg(&exe);
             c
         } else {
-            tokio::process::Command::new(exe)
+            tokio::process::Command::new(&exe)
         };
         let child = cmd
             .args([
@@ -137,14 +154,33 @@ impl OperatorProcess {
             .kill_on_drop(true)
             .spawn()
             .map_err(other)?;
-        // With setpriv, setpriv execs the operator: same pid.
-        let pid = child.id().ok_or_else(|| other("operator exited at once"))?;
+        // With setpriv, setpriv execs the operator (or the wrapper): same
+        // pid.
+        let mut pid = child.id().ok_or_else(|| other("operator exited at once"))?;
+        if !wrapper.is_empty() {
+            pid = descendant_running(pid, &exe)
+                .ok_or_else(|| other("no operator under PODKEEPER_BENCH_OPERATOR_WRAPPER"))?;
+        }
         Ok(OperatorProcess {
             child,
             pid,
+            wrapped: !wrapper.is_empty(),
             log: log.to_path_buf(),
             _kubeconfig: kubeconfig,
         })
+    }
+
+    /// Ends the operator: a wrapped one with SIGTERM, waiting for the
+    /// wrapper (a profiler writing its data) to exit; else by dropping it
+    /// (SIGKILL).
+    async fn stop(mut self) {
+        if !self.wrapped {
+            return;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(300), self.child.wait()).await;
     }
 
     fn sample(&mut self, ticks: f64) -> Result<ProcSample, crate::Error> {
@@ -156,6 +192,42 @@ impl OperatorProcess {
         }
         measure::proc_sample(self.pid, ticks).ok_or_else(|| other("reading /proc of the operator"))
     }
+}
+
+/// The first process under `root` (itself included) that runs `exe`, within
+/// 10 s.
+fn descendant_running(root: u32, exe: &Path) -> Option<u32> {
+    let parent = |pid: &str| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 2..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let under_root = |mut pid: u32| loop {
+        if pid == root {
+            return true;
+        }
+        match parent(&pid.to_string()) {
+            Some(p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    };
+    for _ in 0..100 {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let runs = std::fs::read_link(entry.path().join("exe")).is_ok_and(|e| e == exe);
+            if runs && under_root(pid) {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
 }
 
 /// Everything a stage needs.
@@ -800,7 +872,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, crate::Error> {
     if std::env::var_os("PODKEEPER_BENCH_KEEP_AUDIT").is_some() {
         let _ = std::fs::copy(&b.audit, out_dir.join("audit.log"));
     }
-    drop(operator);
+    operator.stop().await;
     drop(b);
     cluster.shutdown().await;
     println!("{}", Markdown(&report));
