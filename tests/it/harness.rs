@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota, ServiceAccount};
@@ -273,12 +273,80 @@ where
 pub struct TestEnv {
     pub client: Client,
     pub namespace: String,
+    /// This test's share of the cluster (see [`ClusterShare`]).
+    pub share: ClusterShare,
+}
+
+/// Tests that change the cluster itself (a node cut off the network, the
+/// control plane untainted, the deployed operator moved) run alone: every
+/// [`TestEnv::new`] holds a shared share of the cluster for the test's
+/// life, and [`TestEnv::exclusive`] waits until no other test holds one,
+/// then keeps new ones waiting until it is done. A test that waits for the
+/// exclusive share may be overtaken by the other test thread's next tests;
+/// it then runs once they leave a gap.
+static CLUSTER_SHARES: Mutex<(usize, bool)> = Mutex::new((0, false));
+static CLUSTER_CHANGED: Condvar = Condvar::new();
+
+/// A test's hold on the cluster: shared, exclusive, or none.
+pub struct ClusterShare(Option<bool>);
+
+impl ClusterShare {
+    pub fn none() -> Self {
+        ClusterShare(None)
+    }
+
+    fn take(exclusive: bool) -> Self {
+        let mut s = CLUSTER_SHARES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if exclusive {
+            while s.1 || s.0 > 0 {
+                s = CLUSTER_CHANGED
+                    .wait(s)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            s.1 = true;
+        } else {
+            while s.1 {
+                s = CLUSTER_CHANGED
+                    .wait(s)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            s.0 += 1;
+        }
+        ClusterShare(Some(exclusive))
+    }
+}
+
+impl Drop for ClusterShare {
+    fn drop(&mut self) {
+        let Some(exclusive) = self.0 else { return };
+        let mut s = CLUSTER_SHARES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if exclusive {
+            s.1 = false;
+        } else {
+            s.0 -= 1;
+        }
+        CLUSTER_CHANGED.notify_all();
+    }
 }
 
 impl TestEnv {
     /// Creates a fresh namespace named after the test, and waits for its
     /// default ServiceAccount (Pods cannot be created before it exists).
     pub async fn new(name: &str) -> Self {
+        Self::with_share(name, ClusterShare::take(false)).await
+    }
+
+    /// A test that changes the cluster itself: it runs alone (see
+    /// [`ClusterShare`]).
+    pub async fn exclusive(name: &str) -> Self {
+        Self::with_share(name, ClusterShare::take(true)).await
+    }
+
+    async fn with_share(name: &str, share: ClusterShare) -> Self {
         let client = admin_client().await;
         let suffix: u32 = rand::random::<u32>() % 100_000;
         let namespace = format!("{name}-{suffix}");
@@ -303,7 +371,11 @@ impl TestEnv {
             || async { sa.get_opt("default").await.ok().flatten() },
         )
         .await;
-        TestEnv { client, namespace }
+        TestEnv {
+            client,
+            namespace,
+            share,
+        }
     }
 
     pub fn api<K>(&self) -> Api<K>

@@ -505,7 +505,19 @@ async fn replicated(env: &TestEnv, name: &str, replicas: i32) -> String {
     create_redis(env, name, replicas, 6379).await;
     start_client(env).await;
     settled(env, name, replicas as usize).await;
-    format!("{name}.{}.svc.cluster.local", env.namespace)
+    let host = format!("{name}.{}.svc.cluster.local", env.namespace);
+    // Since the write fence, the primary turns Ready only once a replica
+    // has linked, so the same moment as the Redis does, and the client's
+    // node may not have the Service's endpoint yet (kube-proxy follows the
+    // EndpointSlice within a second or two on a loaded machine; a connect
+    // meanwhile is refused). Users see the same lag after any Pod turns
+    // Ready; the tests wait for the Service to answer.
+    wait_for("the primary Service to answer", TIMEOUT, || async {
+        let (ok, out) = cli(env, &host, &["ping"]);
+        (ok && out.trim() == "PONG").then_some(())
+    })
+    .await;
+    host
 }
 
 /// Waits until the Redis is Ready (a primary accepting writes, every

@@ -576,7 +576,11 @@ async fn the_operator_rides_out_an_apiserver_restart_without_restarting() {
     )
     .await
     .unwrap();
-    let env = TestEnv { client, namespace };
+    let env = TestEnv {
+        client,
+        namespace,
+        share: crate::harness::ClusterShare::none(),
+    };
     let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = env.api();
     crate::harness::wait_for(
         "the default ServiceAccount",

@@ -6,6 +6,7 @@
 //! bench-redis` sets them up as `just e2e` does). Every figure is printed
 //! with its method and the machine's load averages.
 
+pub mod partition;
 pub mod session;
 pub mod writer;
 
@@ -47,6 +48,19 @@ pub struct BenchRedisArgs {
     /// Scale-downs from 5 members to 1.
     #[arg(long, default_value_t = 1)]
     pub scale_downs: usize,
+    /// Partitions: the primary's node cut off the cluster network (a Redis
+    /// of 3, one member per node; see `partition`).
+    #[arg(long, default_value_t = 0)]
+    pub partitions: usize,
+    /// How long each partition lasts, s.
+    #[arg(long, default_value_t = 30)]
+    pub partition_seconds: u64,
+    /// The operator cut off from the primary (iptables), the replicas not.
+    #[arg(long, default_value_t = 0)]
+    pub operator_cutoffs: usize,
+    /// How long each operator cut-off lasts, s.
+    #[arg(long, default_value_t = 20)]
+    pub cutoff_seconds: u64,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -155,6 +169,8 @@ pub struct Report {
     pub failovers: Failovers,
     pub rollouts: Rollouts,
     pub scale_downs: ScaleDowns,
+    pub partitions: partition::Partitions,
+    pub operator_cutoffs: partition::Partitions,
     /// Times the client Pod's container was started again (a failed start
     /// counts); its writer resumed each time.
     pub client_restarts: i32,
@@ -191,6 +207,24 @@ async fn measure(
     }
     if args.scale_downs > 0 {
         report.scale_downs = scale_downs(session, args.scale_downs).await?;
+    }
+    if args.partitions > 0 {
+        report.partitions = partition::partitions(
+            session,
+            partition::Kind::NodeCut,
+            args.partitions,
+            args.partition_seconds,
+        )
+        .await?;
+    }
+    if args.operator_cutoffs > 0 {
+        report.operator_cutoffs = partition::partitions(
+            session,
+            partition::Kind::OperatorCutOff,
+            args.operator_cutoffs,
+            args.cutoff_seconds,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -517,6 +551,18 @@ pub fn markdown(r: &Report) -> String {
             d.watch_violations.len()
         );
     }
+    partition_markdown(
+        &mut s,
+        "The primary's node cut off the cluster network",
+        &r.partitions,
+        true,
+    );
+    partition_markdown(
+        &mut s,
+        "The operator cut off from the primary, the replicas not",
+        &r.operator_cutoffs,
+        false,
+    );
     if r.client_restarts > 0 {
         let _ = writeln!(
             s,
@@ -534,4 +580,114 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "- violation: {v}");
     }
     s
+}
+
+fn count_p(xs: &[f64]) -> String {
+    if xs.is_empty() {
+        "none".into()
+    } else {
+        format!("{} ({} runs)", fmt_p(&percentiles(xs)), xs.len())
+    }
+}
+
+fn partition_markdown(s: &mut String, title: &str, p: &partition::Partitions, node_cut: bool) {
+    if p.runs.is_empty() {
+        return;
+    }
+    let n = p.runs.len();
+    let sum = |f: fn(&partition::Run) -> usize| p.runs.iter().map(f).sum::<usize>();
+    let vals =
+        |f: fn(&partition::Run) -> Option<f64>| p.runs.iter().filter_map(f).collect::<Vec<f64>>();
+    let _ = writeln!(
+        s,
+        "### {title} ({n} runs of {} s, 3 members on 3 nodes)\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+        p.seconds, p.load.0, p.load.1
+    );
+    let _ = writeln!(s, "| measure | result |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "| acknowledged writes (WAIT 1) lost, both clients | {} of {} |",
+        p.acknowledged_lost(),
+        p.acknowledged()
+    );
+    let _ = writeln!(
+        s,
+        "| failovers (the primary changed) | {} of {n} |",
+        p.runs.iter().filter(|r| r.failover).count()
+    );
+    if node_cut {
+        let _ = writeln!(
+            s,
+            "| writes the old primary accepted after the new primary's first (acknowledged) | {} ({}) |",
+            sum(|r| r.old_accepted_after_new),
+            sum(|r| r.old_acknowledged_after_new)
+        );
+        let _ = writeln!(
+            s,
+            "| cut to status.primary naming the new primary (polled every 0.5 s), p50 / p99 / max (s) | {} |",
+            count_p(&vals(|r| r.promoted_s))
+        );
+        let _ = writeln!(
+            s,
+            "| cut to the first write accepted by the new primary, p50 / p99 / max (s) | {} |",
+            count_p(&vals(|r| r.to_new_primary_s))
+        );
+        let _ = writeln!(
+            s,
+            "| cut to the old primary's last accepted write, p50 / p99 / max (s) | {} |",
+            count_p(&vals(|r| r.old_last_accept_s))
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| Service client: attempts refused or unanswered during the cuts | {} of {} |",
+        sum(|r| r.service_refused),
+        sum(|r| r.service_attempts)
+    );
+    let _ = writeln!(
+        s,
+        "| Service client: longest pause between accepted writes per run, p50 / p99 / max (s) | {} |",
+        count_p(&vals(|r| Some(r.service_pause_s)))
+    );
+    let _ = writeln!(
+        s,
+        "| heal to Ready with 3 members, p50 / p99 / max (s) | {} |",
+        count_p(&vals(|r| Some(r.ready_again_s)))
+    );
+    let _ = writeln!(
+        s,
+        "| two primaries: in the clients' logs / Service endpoints ({} events) / Pod and Redis events ({}) | {} / {} / {} |",
+        p.endpoint_events,
+        p.writes.watch_events,
+        sum(|r| r.client_overlaps) + p.writes.client_overlaps,
+        p.endpoint_violations.len(),
+        p.writes.watch_violations.len()
+    );
+    let mut reasons: Vec<String> = p
+        .runs
+        .iter()
+        .flat_map(|r| r.replicated_reasons.clone())
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    let _ = writeln!(
+        s,
+        "| Replicated reasons seen during the cuts | {} |",
+        reasons.join(", ")
+    );
+    if !node_cut {
+        let _ = writeln!(
+            s,
+            "| runs whose iptables rules dropped packets | {} of {n} |",
+            p.runs.iter().filter(|r| r.dropped_packets > 0).count()
+        );
+    }
+    let _ = writeln!(s);
+    for v in p
+        .endpoint_violations
+        .iter()
+        .chain(&p.writes.watch_violations)
+    {
+        let _ = writeln!(s, "- violation: {v}");
+    }
 }

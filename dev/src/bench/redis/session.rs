@@ -121,33 +121,51 @@ impl Session {
             kubeconfig: kubeconfig.to_path_buf(),
             namespace: namespace.into(),
         };
+        session.add_client(CLIENT, client_image, None).await?;
+        Ok(session)
+    }
+
+    /// A client Pod `name` running the writer's container command, on
+    /// `node` if given (then it tolerates every taint: the control plane's
+    /// node too).
+    pub async fn add_client(
+        &self,
+        name: &str,
+        image: &str,
+        node: Option<&str>,
+    ) -> Result<(), crate::Error> {
         // restartPolicy Always, as a user's Pod's would be: a container
         // that fails to start on a loaded machine (`runc create failed: ...
         // unable to freeze`) or dies is started again, and the writer with
         // it (see `writer::client_command`); the writer's log is on the
         // emptyDir, which outlives the container.
-        let pod: Pod = serde_json::from_value(json!({
+        let mut pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": CLIENT},
+            "metadata": {"name": name},
             "spec": {
                 "restartPolicy": "Always",
                 "terminationGracePeriodSeconds": 1,
                 "volumes": [{"name": "ledger", "emptyDir": {}}],
                 "containers": [{
-                    "name": "client", "image": client_image,
+                    "name": "client", "image": image,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["bash", "-c", writer::client_command()],
                     "volumeMounts": [{"name": "ledger", "mountPath": writer::DIR}],
                 }],
             },
         }))?;
-        let pods: Api<Pod> = session.api();
+        if let (Some(node), Some(spec)) = (node, pod.spec.as_mut()) {
+            spec.node_name = Some(node.to_string());
+            spec.tolerations = Some(vec![serde_json::from_value(json!({"operator": "Exists"}))?]);
+        }
+        let pods: Api<Pod> = self.api();
         pods.create(&PostParams::default(), &pod).await?;
-        wait("the client Pod", Duration::from_secs(300), || async {
-            pods.get(CLIENT).await.ok().filter(pod_is_ready).map(|_| ())
-        })
-        .await?;
-        Ok(session)
+        wait(
+            &format!("the client Pod {name}"),
+            Duration::from_secs(300),
+            || async { pods.get(name).await.ok().filter(pod_is_ready).map(|_| ()) },
+        )
+        .await
     }
 
     pub fn api<K>(&self) -> Api<K>
@@ -228,10 +246,24 @@ impl Session {
         port: u16,
         replicas: u32,
     ) -> Result<(), crate::Error> {
-        let script = writer::script(host, port, replicas, WAIT_TIMEOUT_MS);
+        self.start_writer_in(CLIENT, "w", host, port, replicas)
+            .await
+    }
+
+    /// [`Session::start_writer`] in the client Pod `pod`, with keys
+    /// `<prefix>1`, `<prefix>2`, ...
+    pub async fn start_writer_in(
+        &self,
+        pod: &str,
+        prefix: &str,
+        host: &str,
+        port: u16,
+        replicas: u32,
+    ) -> Result<(), crate::Error> {
+        let script = writer::keyed_script(prefix, host, port, replicas, WAIT_TIMEOUT_MS);
         let quoted = script.replace('\'', r"'\''");
         self.sh(
-            CLIENT,
+            pod,
             &format!(
                 "touch {stop}; flock -w 30 {lock} true || exit 1; rm -f {log} {stop}; \
                  printf '%s\n' '{quoted}' > {file}.new && mv {file}.new {file} && \
@@ -244,35 +276,45 @@ impl Session {
         )?;
         let started = format!("test -e {}", writer::LOG);
         wait("the writer's log", Duration::from_secs(60), || async {
-            self.sh(CLIENT, &started).ok().map(|_| ())
+            self.sh(pod, &started).ok().map(|_| ())
         })
         .await
     }
 
     /// The writer's log so far, parsed.
     pub fn writes(&self) -> Result<(Vec<writer::Attempt>, bool), crate::Error> {
-        let log = self.sh(CLIENT, &format!("cat {}", writer::LOG))?;
+        self.writes_in(CLIENT)
+    }
+
+    /// The log of the writer in the client Pod `pod` so far, parsed.
+    pub fn writes_in(&self, pod: &str) -> Result<(Vec<writer::Attempt>, bool), crate::Error> {
+        let log = self.sh(pod, &format!("cat {}", writer::LOG))?;
         Ok((writer::parse(&log), writer::finished(&log)))
     }
 
     /// Stops the writer and returns its whole log.
     pub async fn stop_writer(&self) -> Result<Vec<writer::Attempt>, crate::Error> {
-        self.sh(CLIENT, &format!("touch {}", writer::STOP))?;
+        self.stop_writer_in(CLIENT).await
+    }
+
+    /// Stops the writer in the client Pod `pod` and returns its whole log.
+    pub async fn stop_writer_in(&self, pod: &str) -> Result<Vec<writer::Attempt>, crate::Error> {
+        self.sh(pod, &format!("touch {}", writer::STOP))?;
         let last = format!("tail -n 1 {}", writer::LOG);
         wait("the writer to stop", Duration::from_secs(60), || async {
-            (self.sh(CLIENT, &last).ok()?.trim() == "done").then_some(())
+            (self.sh(pod, &last).ok()?.trim() == "done").then_some(())
         })
         .await?;
-        let (writes, finished) = self.writes()?;
+        let (writes, finished) = self.writes_in(pod)?;
         debug_assert!(finished);
         Ok(writes)
     }
 
     /// How many writes the writer has had accepted so far (counted in the
     /// client Pod: the log itself grows to megabytes).
-    fn accepted_count(&self) -> Result<usize, crate::Error> {
+    fn accepted_count(&self, pod: &str) -> Result<usize, crate::Error> {
         let out = self.sh(
-            CLIENT,
+            pod,
             &format!("grep -c '^[^ ]* [^ ]* [^ ]* 1 ' {} || true", writer::LOG),
         )?;
         out.trim()
@@ -282,9 +324,14 @@ impl Session {
 
     /// Waits until the writer has had `n` more writes accepted.
     pub async fn writes_accepted(&self, n: usize) -> Result<(), crate::Error> {
-        let base = self.accepted_count()?;
+        self.writes_accepted_in(CLIENT, n).await
+    }
+
+    /// Waits until the writer in `pod` has had `n` more writes accepted.
+    pub async fn writes_accepted_in(&self, pod: &str, n: usize) -> Result<(), crate::Error> {
+        let base = self.accepted_count(pod)?;
         wait("accepted writes", Duration::from_secs(120), || async {
-            (self.accepted_count().ok()? >= base + n).then_some(())
+            (self.accepted_count(pod).ok()? >= base + n).then_some(())
         })
         .await
     }
@@ -296,11 +343,54 @@ impl Session {
         port: u16,
         acknowledged: &[u64],
     ) -> Result<Vec<u64>, crate::Error> {
+        self.lost_keyed("w", host, port, acknowledged)
+    }
+
+    /// [`Session::lost`] for the keys `<prefix>N` (read from the client Pod).
+    pub fn lost_keyed(
+        &self,
+        prefix: &str,
+        host: &str,
+        port: u16,
+        acknowledged: &[u64],
+    ) -> Result<Vec<u64>, crate::Error> {
+        self.lost_keyed_from(CLIENT, prefix, host, port, acknowledged)
+    }
+
+    /// [`Session::lost_keyed`], read from the client Pod `pod`. A read-back
+    /// that is not one value per key (a refused connection, a server
+    /// answering `LOADING`) is tried again for up to a minute, then is an
+    /// error: it must not count as keys lost.
+    pub fn lost_keyed_from(
+        &self,
+        pod: &str,
+        prefix: &str,
+        host: &str,
+        port: u16,
+        acknowledged: &[u64],
+    ) -> Result<Vec<u64>, crate::Error> {
         let Some(&max) = acknowledged.iter().max() else {
             return Ok(Vec::new());
         };
-        let read = self.sh(CLIENT, &writer::read_back_script(host, port, max))?;
-        Ok(writer::lost(acknowledged, &read))
+        let script = writer::keyed_read_back_script(prefix, host, port, max);
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let read = self.sh(pod, &script)?;
+            let lines = read.lines().count() as u64;
+            let errors = read.lines().find(|l| {
+                l.starts_with("Could not") || l.contains("ERR") || l.starts_with("LOADING")
+            });
+            if lines == max && errors.is_none() {
+                return Ok(writer::lost(acknowledged, &read));
+            }
+            if Instant::now() > until {
+                return Err(other(format!(
+                    "reading back {max} keys {prefix}N from {host} in {pod}: {lines} lines, {}",
+                    errors.unwrap_or("")
+                )));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
     }
 
     /// redis-cli in `pod` against its own server, with the member's

@@ -62,6 +62,12 @@ pub fn client_command() -> String {
 /// key there, and exits at once if another writer holds [`LOCK`]; starting
 /// afresh is the caller's (remove the log and [`STOP`] first).
 pub fn script(host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
+    keyed_script("w", host, port, replicas, timeout_ms)
+}
+
+/// [`script`] with keys `<prefix>1`, `<prefix>2`, ... (two writers at once
+/// must not share keys).
+pub fn keyed_script(prefix: &str, host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
     format!(
         r#"exec 9>>{LOCK}; flock -n 9 || exit 0
 : >> {LOG}; i=0
@@ -69,7 +75,7 @@ while read -r _ _ k _; do case $k in ''|*[!0-9]*) ;; *) i=$k;; esac; done < <(ta
 [ $i = 0 ] || printf '\nresumed %s %d\n' $EPOCHREALTIME $i >> {LOG}
 while [ ! -e {STOP} ]; do
   i=$((i+1)); t0=$EPOCHREALTIME
-  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} || exit 1; printf "SET w%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i 2>/dev/null)
+  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} || exit 1; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i 2>/dev/null)
   t1=$EPOCHREALTIME
   out=${{out//$'\r'/}}
   s=${{out%%$'\n'*}}; rest=${{out#*$'\n'}}; acks=${{rest%%$'\n'*}}; acks=${{acks#:}}
@@ -88,8 +94,13 @@ echo done >> {LOG}"#
 /// A script that prints, one line per key, the value of `w1` ..= `wN`
 /// (an empty line for a missing key), pipelined into one redis-cli.
 pub fn read_back_script(host: &str, port: u16, n: u64) -> String {
+    keyed_read_back_script("w", host, port, n)
+}
+
+/// [`read_back_script`] of the keys `<prefix>1` ..= `<prefix>N`.
+pub fn keyed_read_back_script(prefix: &str, host: &str, port: u16, n: u64) -> String {
     format!(
-        "for ((i=1;i<={n};i++)); do printf 'GET w%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
+        "for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
     )
 }
 
