@@ -545,7 +545,7 @@ impl Extras<Redis> for ReplicationExtras {
         if nobody && !round.members.is_empty() {
             requeue = requeue.max(SILENT_PERIOD);
         }
-        let members = act::member_statuses(&round.members);
+        let members = act::member_statuses_after(&round.members, &round.outcome.done);
         let condition =
             crate::redis::simulated::replicated_condition(&pods, &members).unwrap_or(condition);
         Replication {

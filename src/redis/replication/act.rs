@@ -425,6 +425,27 @@ async fn fence_writes(
     errors
 }
 
+/// status.members after a round: as observed, then as the round's
+/// completed commands left them (a fenced or repointed member is a replica
+/// whose link is still down; a promoted one is the primary), so a status
+/// written after a fence never shows the fenced member as a second primary.
+pub fn member_statuses_after(members: &[Member], done: &[Action]) -> Vec<MemberStatus> {
+    let mut out = member_statuses(members);
+    for a in done {
+        let (pod, role, link) = match a {
+            Action::Replicate { pod, .. } => (pod, Role::Replica.as_str(), "down"),
+            Action::Promote { pod, .. } => (pod, Role::Primary.as_str(), "primary"),
+            // A FAILOVER completes on its own; the next round observes it.
+            Action::Switchover { .. } => continue,
+        };
+        if let Some(m) = out.iter_mut().find(|m| &m.pod == pod) {
+            m.role = role.into();
+            m.link_status = link.into();
+        }
+    }
+    out
+}
+
 /// status.members: each member's role and replication state.
 pub fn member_statuses(members: &[Member]) -> Vec<MemberStatus> {
     let mut out: Vec<MemberStatus> = members
@@ -764,6 +785,39 @@ mod tests {
                 ("c", "replica", "syncing"),
                 ("d", "unknown", "unreachable"),
             ]
+        );
+    }
+
+    #[test]
+    fn members_are_reported_as_the_rounds_commands_left_them() {
+        // a returned from a partition still a primary; b was promoted
+        // earlier; this round fenced a.
+        let members = vec![
+            member("a", "10.0.0.1", Observed::Info(info(Role::Primary, 900))),
+            member("b", "10.0.0.2", Observed::Info(info(Role::Primary, 1000))),
+        ];
+        let fence = Action::Replicate {
+            pod: "a".into(),
+            ip: "10.0.0.1".into(),
+            port: 6379,
+            primary: "b".into(),
+            primary_ip: "10.0.0.2".into(),
+            primary_port: 6379,
+            why: Why::Fence,
+        };
+        let s = member_statuses_after(&members, std::slice::from_ref(&fence));
+        let roles: Vec<(&str, &str, &str)> = s
+            .iter()
+            .map(|m| (m.pod.as_str(), m.role.as_str(), m.link_status.as_str()))
+            .collect();
+        assert_eq!(
+            roles,
+            [("a", "replica", "down"), ("b", "primary", "primary")]
+        );
+        // Nothing done: as observed.
+        assert_eq!(
+            member_statuses_after(&members, &[]),
+            member_statuses(&members)
         );
     }
 
