@@ -45,7 +45,12 @@ pub const KIND_NETWORK: &str = "kind";
 const SERVICE_CLIENT: &str = "svc-client";
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, crate::Error> {
-    let out = Command::new(cmd).args(args).output().map_err(other)?;
+    checked(cmd, args, Command::new(cmd).args(args))
+}
+
+/// Runs `command` (`cmd args`), its stdout, or an error with its stderr.
+fn checked(cmd: &str, args: &[&str], command: &mut Command) -> Result<String, crate::Error> {
+    let out = command.output().map_err(other)?;
     if !out.status.success() {
         return Err(other(format!(
             "{cmd} {}: {}",
@@ -67,19 +72,13 @@ pub struct Arrangement {
 
 impl Arrangement {
     fn kubectl(&self, args: &[&str]) -> Result<String, crate::Error> {
-        let out = Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .output()
-            .map_err(other)?;
-        if !out.status.success() {
-            return Err(other(format!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        checked(
+            "kubectl",
+            args,
+            Command::new("kubectl")
+                .env("KUBECONFIG", &self.kubeconfig)
+                .args(args),
+        )
     }
 
     /// Untaints the control plane's node and pins the operator there.
