@@ -71,6 +71,26 @@ pub struct Arrangement {
 }
 
 impl Arrangement {
+    /// Merge-patches the operator's Deployment and waits for its rollout.
+    fn roll_operator(&self, patch: &str) -> Result<(), crate::Error> {
+        let deploy = ["-n", OPERATOR_NS];
+        self.kubectl(
+            &[
+                &deploy[..],
+                &["patch", "deploy", OPERATOR, "--type", "merge", "-p", patch],
+            ]
+            .concat(),
+        )?;
+        self.kubectl(
+            &[
+                &deploy[..],
+                &["rollout", "status", "deploy", OPERATOR, "--timeout=300s"],
+            ]
+            .concat(),
+        )?;
+        Ok(())
+    }
+
     fn kubectl(&self, args: &[&str]) -> Result<String, crate::Error> {
         checked(
             "kubectl",
@@ -127,26 +147,7 @@ impl Arrangement {
             "tolerations": [{"key": CONTROL_PLANE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         }}}});
         a.operator_pinned = true;
-        a.kubectl(&[
-            "-n",
-            OPERATOR_NS,
-            "patch",
-            "deploy",
-            OPERATOR,
-            "--type",
-            "merge",
-            "-p",
-            &pin.to_string(),
-        ])?;
-        a.kubectl(&[
-            "-n",
-            OPERATOR_NS,
-            "rollout",
-            "status",
-            "deploy",
-            OPERATOR,
-            "--timeout=300s",
-        ])?;
+        a.roll_operator(&pin.to_string())?;
         let nodes = operator_pods(session)
             .await?
             .into_iter()
@@ -169,27 +170,8 @@ impl Arrangement {
         if self.operator_pinned {
             let unpin =
                 r#"{"spec":{"template":{"spec":{"nodeSelector":null,"tolerations":null}}}}"#;
-            self.kubectl(&[
-                "-n",
-                OPERATOR_NS,
-                "patch",
-                "deploy",
-                OPERATOR,
-                "--type",
-                "merge",
-                "-p",
-                unpin,
-            ])?;
+            self.roll_operator(unpin)?;
             self.operator_pinned = false;
-            self.kubectl(&[
-                "-n",
-                OPERATOR_NS,
-                "rollout",
-                "status",
-                "deploy",
-                OPERATOR,
-                "--timeout=300s",
-            ])?;
         }
         if self.untainted {
             self.kubectl(&[
