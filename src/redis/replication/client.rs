@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use kube::Api;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
@@ -99,6 +100,36 @@ pub struct Node {
     addr: String,
     conn: MultiplexedConnection,
     timeouts: Timeouts,
+    /// Whether the connection ended (the server closed it or died, or the
+    /// stream failed), and a wait for it: see [`Node::closed`].
+    closed: Arc<Closed>,
+}
+
+/// The end of a connection: its driver (which reads the socket whether or
+/// not a request waits) returns when the stream ends or fails.
+#[derive(Default)]
+pub struct Closed {
+    ended: std::sync::atomic::AtomicBool,
+    notify: Notify,
+}
+
+impl Closed {
+    fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Returns once the connection has ended (at once if it already has).
+    /// One waiter at a time.
+    pub async fn ended(&self) {
+        if !self.is_ended() {
+            self.notify.notified().await;
+        }
+    }
 }
 
 fn is_auth_error(e: &redis::RedisError) -> bool {
@@ -181,7 +212,7 @@ impl Node {
                 handshake(&settings, stream, config).await
             }
         };
-        let conn = match opened {
+        let (conn, closed) = match opened {
             Ok(c) => c,
             Err(source) if is_auth_error(&source) => {
                 return Err(ClientError::Auth { addr, source });
@@ -192,7 +223,14 @@ impl Node {
             addr,
             conn,
             timeouts,
+            closed,
         })
+    }
+
+    /// This connection's end. A redis-server that dies is seen here at once
+    /// (its kernel closes the socket), not at the next ask.
+    pub fn closed(&self) -> Arc<Closed> {
+        self.closed.clone()
     }
 
     pub fn addr(&self) -> &str {
@@ -374,18 +412,24 @@ impl Node {
 
 /// Logs in (when there is a password) on `stream`, capped, and starts the
 /// connection's driver, which ends when the last handle to it is dropped.
+/// The connection, and its end.
 async fn handshake<S>(
     settings: &RedisConnectionInfo,
     stream: S,
     config: AsyncConnectionConfig,
-) -> redis::RedisResult<MultiplexedConnection>
+) -> redis::RedisResult<(MultiplexedConnection, Arc<Closed>)>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (conn, driver) =
         MultiplexedConnection::new_with_config(settings, Capped::new(stream), config).await?;
-    tokio::spawn(driver);
-    Ok(conn)
+    let closed = Arc::new(Closed::default());
+    let signal = closed.clone();
+    tokio::spawn(async move {
+        driver.await;
+        signal.end();
+    });
+    Ok((conn, closed))
 }
 
 /// `fut`, or a timeout once `limit` has passed.
@@ -553,6 +597,18 @@ impl Connections {
         self.len() == 0
     }
 
+    /// The end of the cached connection to `pod`'s server at `endpoint`;
+    /// `None` when none is open.
+    pub fn closed(
+        &self,
+        access: &Access<'_>,
+        pod: &str,
+        endpoint: &Endpoint,
+    ) -> Option<Arc<Closed>> {
+        let key = Connections::key(access, pod, endpoint);
+        self.open().get(&key).map(|(_, node)| node.closed())
+    }
+
     /// Keeps only the connections `keep` accepts (the Pods that remain).
     pub fn retain(&self, mut keep: impl FnMut(&ConnectionKey) -> bool) {
         self.open().retain(|k, _| keep(k));
@@ -575,7 +631,14 @@ impl Connections {
         Fut: Future<Output = Result<T, ClientError>>,
     {
         let key = Connections::key(access, pod, endpoint);
-        let cached = self.open().get(&key).cloned();
+        // A connection that has ended is not used: the step would fail on
+        // it ("broken pipe") where a new one tells what is there now (a
+        // refused port: no server; a new process).
+        let cached = self
+            .open()
+            .get(&key)
+            .filter(|(_, node)| !node.closed.is_ended())
+            .cloned();
         let mut used = None;
         let result = within(&endpoint.addr(), what, access.timeouts.deadline, async {
             let (id, node) = match cached {
@@ -627,7 +690,7 @@ pub async fn observe(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
@@ -636,6 +699,18 @@ mod tests {
     use tokio::time::Instant;
 
     const DEADLINE: Duration = Duration::from_millis(400);
+
+    /// What a lone primary answers to the `INFO server` and `INFO
+    /// replication` pipeline, at its shortest.
+    pub(crate) fn primary_info_reply() -> String {
+        let server = "# Server\r\nrun_id:abc\r\n";
+        let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:x\r\nmaster_repl_offset:0\r\n";
+        format!(
+            "${}\r\n{server}\r\n${}\r\n{repl}\r\n",
+            server.len(),
+            repl.len()
+        )
+    }
 
     /// A fake server on loopback: `serve` runs for every connection it
     /// accepts. Returns its port.
@@ -793,13 +868,7 @@ mod tests {
         let port = fake(move |mut s| {
             counted.fetch_add(1, Ordering::Relaxed);
             async move {
-                let server = "# Server\r\nrun_id:abc\r\n";
-                let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:x\r\nmaster_repl_offset:0\r\n";
-                let reply = format!(
-                    "${}\r\n{server}\r\n${}\r\n{repl}\r\n",
-                    server.len(),
-                    repl.len()
-                );
+                let reply = primary_info_reply();
                 let mut buf = [0u8; 4096];
                 loop {
                     match s.read(&mut buf).await {

@@ -30,6 +30,11 @@ use crate::redis::replication::info::ReplicationInfo;
 /// connection alive and notices a silent member answering again.
 pub const PERIOD: Duration = Duration::from_secs(1);
 
+/// The shortest time between two attempts of a member's task when its
+/// connection ends right after an answer: a server that closes every
+/// connection it answers is asked at this rate, not in a busy loop.
+pub const AFTER_CLOSE: Duration = Duration::from_millis(50);
+
 /// The longest pause between a silent member's attempts when no round asks
 /// sooner (the pause doubles from [`PERIOD`] with each failure in a row): a
 /// member that never answers (a node gone, or a Pod that runs no
@@ -272,9 +277,28 @@ async fn observe_member(
         {
             wake();
         }
+        // A connection that ends (redis-server killed, its container
+        // stopped: the kernel closes the socket) is asked about again at
+        // once, not a period later: the next attempt finds the port refused
+        // or a new process, and wakes the Redis.
+        let closed = if failures == 0 {
+            connections.closed(&access, &pod, &endpoint)
+        } else {
+            None
+        };
+        let ended = async {
+            match closed {
+                Some(c) => {
+                    c.ended().await;
+                    tokio::time::sleep_until(asked + AFTER_CLOSE).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(pause(period, failures)) => {}
             () = nudge.notified() => {}
+            () = ended => {}
         }
     }
 }
@@ -422,5 +446,73 @@ mod tests {
         }
         observer.retain(&[]);
         assert!(observer.watchers().is_empty());
+    }
+
+    /// A redis-server killed between two asks is noticed when its
+    /// connection ends, not a period later: the task asks at once, finds
+    /// the port refused and wakes its Redis.
+    #[tokio::test]
+    async fn a_member_whose_connection_ends_is_asked_again_at_once() {
+        use crate::redis::replication::client::tests::primary_info_reply;
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (kill, killed) = watch::channel(false);
+        let mut stop = killed.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((mut s, _)) = accepted else { return };
+                        let mut stop = killed.clone();
+                        tokio::spawn(async move {
+                            let mut buf = [0u8; 1024];
+                            loop {
+                                tokio::select! {
+                                    read = s.read(&mut buf) => match read {
+                                        Ok(n) if n > 0 => {
+                                            if s.write_all(primary_info_reply().as_bytes()).await.is_err() {
+                                                return;
+                                            }
+                                        }
+                                        _ => return,
+                                    },
+                                    // "kill -9": the connection closes.
+                                    _ = stop.changed() => return,
+                                }
+                            }
+                        });
+                    }
+                    // ... and the port is refused from now on.
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+        let route = Route::PodNetwork;
+        let access = Access {
+            password: None,
+            timeouts: Timeouts {
+                deadline: Duration::from_secs(1),
+            },
+            route: &route,
+        };
+        let endpoint = access.endpoint("127.0.0.1", port);
+        let woken = Arc::new(Notify::new());
+        let wake = woken.clone();
+        // A period far longer than the test: only the connection's end can
+        // bring the next attempt.
+        let observer =
+            Observer::waking(Duration::from_secs(60), Arc::new(move || wake.notify_one()));
+        let first = observer.latest(&access, "p", &endpoint).await;
+        assert!(first.is_ok(), "{first:?}");
+        let at = Instant::now();
+        kill.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), woken.notified())
+            .await
+            .expect("the Redis is woken when its member's connection ends");
+        assert!(at.elapsed() < Duration::from_secs(1), "{:?}", at.elapsed());
+        let after = observer.latest(&access, "p", &endpoint).await;
+        let err = after.expect_err("refused after the kill").to_string();
+        assert!(err.contains("refused") || err.contains("connect"), "{err}");
     }
 }
