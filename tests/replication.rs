@@ -868,9 +868,19 @@ async fn a_primary_restarted_empty_never_wipes_its_replicas() {
             |r| r.primary.as_ref().is_some_and(|p| p.pod != old) && r.outcome.ok(),
         )
         .await;
-    assert_eq!(
-        round.plan.cause,
-        Some(podkeeper::redis::replication::topology::Cause::PrimaryRestarted)
+    // Whether the operator saw the port refused (between the kill and the
+    // restart: its connection's end is noticed at once) or the new process
+    // first is a matter of timing; either way a replica is promoted and the
+    // empty process wipes nobody, which is what this test is about. The
+    // decision on a restarted primary is unit-tested (topology/tests.rs).
+    use podkeeper::redis::replication::topology::Cause;
+    assert!(
+        matches!(
+            round.plan.cause,
+            Some(Cause::PrimaryRestarted | Cause::PrimaryStopped)
+        ),
+        "{:?}",
+        round.plan.cause
     );
     let new = round.plan.primary.unwrap();
     assert!(replicas.contains(&new));
