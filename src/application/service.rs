@@ -16,7 +16,7 @@ use crate::podset::reconcile::Extras;
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
 use crate::runtime::failure::{Failure, api_message};
-use crate::runtime::hash::template_hash;
+use crate::runtime::hash::content_hash;
 use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{
@@ -54,7 +54,7 @@ pub fn desired_service(app: &Application, owner: &Owner) -> Option<Service> {
         spec: Some(spec),
         status: None,
     };
-    let hash = template_hash(&service);
+    let hash = content_hash(&service);
     service.metadata.annotations = Some([(APPLIED_HASH_ANNOTATION.to_string(), hash)].into());
     Some(service)
 }

@@ -1,4 +1,4 @@
-//! A template's revision: the template hash ([`template_hash`]), a short,
+//! A template's revision: the template hash ([`content_hash`]), a short,
 //! stable digest of the Pod template that the engine writes into each Pod's labels (a Pod whose
 //! hash differs from the current template's is outdated and gets rolled),
 //! and the in-place keys, the same digest with images (and resources) left
@@ -8,13 +8,13 @@
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 
 use crate::api::names::{BUT_IMAGES_ANNOTATION, BUT_RESOURCES_ANNOTATION, TEMPLATE_HASH_LABEL};
-use crate::runtime::hash::template_hash;
+use crate::runtime::hash::content_hash;
 
 /// Stamps a Pod template with the hash of its contents
 /// ([`TEMPLATE_HASH_LABEL`]) and its in-place keys (annotations, see
 /// [`crate::podset::inplace`]), all computed before anything is added.
 pub fn stamp(mut template: PodTemplateSpec) -> PodTemplateSpec {
-    let hash = template_hash(&template);
+    let hash = content_hash(&template);
     let keys = InPlaceKeys::of_template(&template);
     stamp_keys(&mut template, keys);
     let metadata = template.metadata.get_or_insert_with(Default::default);
@@ -56,7 +56,7 @@ impl InPlaceKeys {
         for c in containers.iter_mut() {
             c.image = None;
         }
-        let but_images = template_hash(&t);
+        let but_images = content_hash(&t);
         if let Some(s) = t.spec.as_mut() {
             for c in s.containers.iter_mut() {
                 c.resources = None;
@@ -64,7 +64,7 @@ impl InPlaceKeys {
         }
         InPlaceKeys {
             but_images,
-            but_resources: template_hash(&t),
+            but_resources: content_hash(&t),
         }
     }
 

@@ -4,7 +4,8 @@
 /// The first failure in a step, for the ReplicaFailure condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
-    /// `FailedCreate` or `FailedDelete`.
+    /// `FailedCreate`, `FailedDelete` or `FailedUpdate` (Pods),
+    /// `FailedService` (a Service apply or delete).
     pub reason: &'static str,
     pub message: String,
 }

@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use crate::api::names::FIELD_MANAGER;
 use crate::runtime::events::{EventRecorder, EventType};
 use crate::runtime::failure::{Failure, api_message};
-use crate::runtime::hash::template_hash;
+use crate::runtime::hash::content_hash;
 use crate::runtime::owner::Owner;
 use crate::runtime::services::{service_exists, service_in_sync};
 
@@ -147,7 +147,7 @@ impl Attempt {
             .iter()
             .filter(|c| {
                 !self.applied.get(&c.name()).is_some_and(|(hash, at)| {
-                    *hash == template_hash(&c.want)
+                    *hash == content_hash(&c.want)
                         && now.saturating_duration_since(*at) < AWAIT_CACHE
                 })
             })
@@ -364,7 +364,7 @@ where
                 // Asked before the apply, which makes it exist either way.
                 let existed = service_exists(services, api, &name, c.cached).await;
                 let applied = api.patch(&name, params, &Patch::Apply(&c.want)).await;
-                (name, template_hash(&c.want), existed, applied)
+                (name, content_hash(&c.want), existed, applied)
             }
         }))
         .await;
@@ -520,7 +520,7 @@ mod tests {
         assert_eq!(a.decide(&wanted, t0), Decision::Report(None), "running");
         let hashes = wanted
             .iter()
-            .map(|c| (c.name(), template_hash(&c.want)))
+            .map(|c| (c.name(), content_hash(&c.want)))
             .collect();
         a.finish(hashes, None, t0);
         // The cache has not shown them yet: nothing is applied twice.
@@ -536,7 +536,7 @@ mod tests {
         // Never shown within AWAIT_CACHE (deleted meanwhile): applied again.
         let mut b = Attempt::default();
         b.decide(&wanted[..1], t0);
-        b.finish(vec![("r".into(), template_hash(&wanted[0].want))], None, t0);
+        b.finish(vec![("r".into(), content_hash(&wanted[0].want))], None, t0);
         assert_eq!(
             b.decide(&wanted[..1], t0 + AWAIT_CACHE),
             Decision::Start(vec!["r".into()])
@@ -561,7 +561,7 @@ mod tests {
         a.finish(Vec::new(), Some(refused()), t0);
         assert_eq!(a.decide(&wanted, t0), Decision::Report(Some(refused())));
         assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
-        a.finish(vec![("r".into(), template_hash(&wanted[0].want))], None, t0);
+        a.finish(vec![("r".into(), content_hash(&wanted[0].want))], None, t0);
         assert_eq!(a.decide(&wanted, t0), Decision::Report(None));
         assert!(!a.unreported);
     }
