@@ -665,17 +665,31 @@ impl Connections {
         result
     }
 
-    /// `pod`'s replication state, within one deadline.
+    /// `pod`'s replication state, within one deadline. A reused connection
+    /// that fails at once (the server it knew is gone: "broken pipe",
+    /// "connection reset") says nothing of what is there now, so it is
+    /// asked once more on a new connection: a refused port (no server), a
+    /// new process or an answer. INFO changes nothing, so asking twice is
+    /// safe; commands are never sent twice.
     pub async fn observe(
         &self,
         access: &Access<'_>,
         pod: &str,
         endpoint: &Endpoint,
     ) -> Result<ReplicationInfo, ClientError> {
-        self.call(access, pod, endpoint, "INFO", |node: Node| async move {
-            node.replication_info().await
-        })
-        .await
+        let ask = || {
+            self.call(access, pod, endpoint, "INFO", |node: Node| async move {
+                node.replication_info().await
+            })
+        };
+        let reused = {
+            let key = Connections::key(access, pod, endpoint);
+            self.open().contains_key(&key)
+        };
+        match ask().await {
+            Err(e) if reused && !matches!(e, ClientError::Timeout { .. }) => ask().await,
+            result => result,
+        }
     }
 }
 
