@@ -523,8 +523,10 @@ impl Extras<Redis> for ReplicationExtras {
                     .find(|c| c.type_ == REPLICATED_CONDITION)
             })
             .map(|c| c.reason.as_str());
-        if matches!(condition.1, "OperatorCutOff" | "AheadMemberSilent")
-            && before != Some(condition.1)
+        if matches!(
+            condition.1,
+            "OperatorCutOff" | "AheadMemberSilent" | "ReplicaSilent"
+        ) && before != Some(condition.1)
         {
             ctx.executor
                 .event(

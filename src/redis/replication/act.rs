@@ -534,6 +534,13 @@ pub fn replicated_condition(
                 "{pod} is silent and was {bytes} bytes ahead of {candidate}, the best member that answers, when last seen: it may hold acknowledged writes, so {candidate} is not promoted before {until} unless {pod} answers or its Pod goes"
             ),
         ),
+        Some(Waiting::ReplicaSilent { pod, primary }) => (
+            false,
+            "ReplicaSilent",
+            format!(
+                "{primary} and {pod} do not answer; {pod} may still replicate from {primary}, which could then acknowledge writes a failover would discard: no promotion until either answers, {pod}'s container is reported stopped or its Pod is deleted"
+            ),
+        ),
         Some(Waiting::NoSwitchoverTarget) => (
             false,
             "NoSwitchoverTarget",

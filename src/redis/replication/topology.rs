@@ -253,6 +253,15 @@ pub enum Waiting {
         bytes: i64,
         until: Timestamp,
     },
+    /// The primary is silent (not known stopped) and so is `pod`, a member
+    /// that may still replicate from it: promoted now, the new primary
+    /// could not fence `pod`, and the old primary, with `pod` as its
+    /// replica, could go on acknowledging writes (`WAIT 1`, its
+    /// `min-replicas-to-write` met) that the new term discards. Nothing is
+    /// promoted until either answers, or `pod`'s container is reported
+    /// stopped or its Pod goes (`kubectl delete pod` is the way to fail
+    /// over without it).
+    ReplicaSilent { pod: String, primary: String },
     /// A switchover from this primary was sent recently and did not
     /// complete; the next may go at `until` (set by `act`, which remembers).
     SwitchoverCoolingDown { until: Timestamp },
@@ -480,6 +489,11 @@ fn elect<'a>(
         .collect();
     let no_candidate = (Waiting::NoCandidate, CONVERGE_PERIOD);
     if let Some(b) = best(&holders) {
+        if cause == Cause::PrimaryUnreachable
+            && let Some(w) = follower_silent(members, b, excluded)
+        {
+            return Err(w);
+        }
         return match ahead_of(members, b, excluded, settings, now) {
             Some(w) => Err(w),
             None => Ok(b),
@@ -492,6 +506,37 @@ fn elect<'a>(
         return Err(no_candidate);
     }
     best(&alive).ok_or(no_candidate)
+}
+
+/// With the primary `excluded` silent (not known stopped): a silent member
+/// other than `candidate` that may still follow it, so that a promotion now
+/// could leave two primaries able to acknowledge writes
+/// ([`Waiting::ReplicaSilent`]). One last seen as a linked replica, or
+/// never seen by this operator process (a new leader knows nothing yet),
+/// counts; one whose Pod is going or whose container stopped does not.
+fn follower_silent(
+    members: &[Member],
+    candidate: &Member,
+    excluded: Option<&str>,
+) -> Option<(Waiting, Duration)> {
+    let primary = excluded?;
+    members
+        .iter()
+        .filter(|m| m.pod != primary && m.pod != candidate.pod)
+        .filter(|m| m.may_hold_data_unseen())
+        .find(|m| match &m.observed {
+            Observed::Unreachable { last, .. } => last.as_ref().is_none_or(|l| l.linked),
+            _ => false,
+        })
+        .map(|m| {
+            (
+                Waiting::ReplicaSilent {
+                    pod: m.pod.clone(),
+                    primary: primary.to_string(),
+                },
+                CONVERGE_PERIOD,
+            )
+        })
 }
 
 /// A silent member (not the lost primary) that was a linked replica ahead

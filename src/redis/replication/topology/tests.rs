@@ -774,11 +774,69 @@ fn a_primary_its_replicas_still_hear_is_not_failed_over() {
 }
 
 #[test]
-fn a_silent_replica_that_was_ahead_holds_the_promotion_back_for_a_while() {
+fn a_silent_replica_of_a_silent_primary_holds_the_promotion_back_until_accounted_for() {
     // a (primary) and b fell silent together at t(0); b was a linked
-    // replica at offset 500 when last seen; c answers at 400.
+    // replica when last seen; c answers. Promoting c could leave a with b
+    // as a replica that still acknowledges a's writes.
     let members = vec![
         silent("a", "10.0.0.1", t(0)),
+        silent_ahead("b", "10.0.0.2", t(0), 400),
+        replica("c", "10.0.0.3", "10.0.0.1", 400, false),
+    ];
+    for at in [t(6), t(600), t(86_400)] {
+        let p = plan(&members, Some(&rec("a")), &settings(), at);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert_eq!(
+            p.waiting,
+            Some(Waiting::ReplicaSilent {
+                pod: "b".into(),
+                primary: "a".into()
+            }),
+            "no time bound: a bound would only delay the loss"
+        );
+    }
+    // Never seen by this operator process (a new leader): it may follow a.
+    let mut unknown = members.clone();
+    unknown[1] = silent("b", "10.0.0.2", t(0));
+    assert!(promoted(&plan(&unknown, Some(&rec("a")), &settings(), t(6))).is_empty());
+    // Accounted for: its Pod going, its container stopped, last seen not
+    // linked (following no one: it cannot acknowledge a's writes), or the
+    // primary known stopped (it takes no writes).
+    let accounted: [fn(&mut Vec<Member>); 4] = [
+        |m| m[1].deleting = true,
+        |m| m[1].stopped = true,
+        |m| {
+            m[1].observed = Observed::Unreachable {
+                since: t(0),
+                last: Some(LastSeen {
+                    offset: 400,
+                    replid: "history-1".into(),
+                    linked: false,
+                }),
+            }
+        },
+        |m| m[0].stopped = true,
+    ];
+    for (i, account) in accounted.iter().enumerate() {
+        let mut m = members.clone();
+        account(&mut m);
+        assert_eq!(
+            promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
+            ["c"],
+            "case {i}"
+        );
+    }
+}
+
+#[test]
+fn a_silent_replica_that_was_ahead_holds_the_promotion_back_for_a_while() {
+    // a (primary) stopped (its container reported not running) and b fell
+    // silent at t(0); b was a linked replica at offset 500 when last seen;
+    // c answers at 400.
+    let mut a = silent("a", "10.0.0.1", t(0));
+    a.stopped = true;
+    let members = vec![
+        a,
         silent_ahead("b", "10.0.0.2", t(0), 500),
         replica("c", "10.0.0.3", "10.0.0.1", 400, false),
     ];
@@ -837,6 +895,7 @@ fn a_silent_replica_that_was_ahead_holds_the_promotion_back_for_a_while() {
     // took was never acknowledged by a replica).
     let mut m = members.clone();
     m[0] = silent_ahead("a", "10.0.0.1", t(0), 900);
+    m[0].stopped = true;
     m[1] = replica("b", "10.0.0.2", "10.0.0.1", 500, false);
     assert_eq!(
         promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
