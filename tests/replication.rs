@@ -888,10 +888,17 @@ async fn an_old_primary_cut_off_from_everyone_is_fenced_when_the_cut_heals() {
     assert_eq!(set.converge().await, new);
     writer.wait_for(writer.acked() + 100).await;
     let (acked, _) = writer.finish().await;
+    every_member_has(&set, &acked).await;
+    assert_eq!(set.recorded.as_ref().unwrap().term, term);
+}
+
+/// Waits until every member holds every key in `acked` (replicas catch up
+/// after a cut heals); fails naming what is missing after the deadline.
+async fn every_member_has(set: &Set, acked: &[String]) {
     for s in &set.servers {
         let start = Instant::now();
         loop {
-            let lost = missing(s, &acked).await;
+            let lost = missing(s, acked).await;
             if lost.is_empty() {
                 break;
             }
@@ -905,7 +912,81 @@ async fn an_old_primary_cut_off_from_everyone_is_fenced_when_the_cut_heals() {
             tokio::time::sleep(POLL).await;
         }
     }
-    assert_eq!(set.recorded.as_ref().unwrap().term, term);
+}
+
+/// The primary cut off from everyone while the operator cannot reach one of
+/// its replicas: that replica may still follow the old primary, which, once
+/// its cut heals, could acknowledge writes with it that a failover would
+/// discard. So no one is promoted while both are silent (`ReplicaSilent`);
+/// whichever heals first, no acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_primary_is_not_failed_over_while_a_replica_it_may_still_lead_is_silent() {
+    use podkeeper::redis::replication::topology::Waiting;
+    for primary_heals_first in [true, false] {
+        let mut set = Set::start_networked(3).await;
+        let old = set.converge().await;
+        let unseen = set
+            .servers
+            .iter()
+            .find(|s| s.name != old)
+            .unwrap()
+            .name
+            .clone();
+        let mut endpoints = vec![set.client_endpoint(&old)];
+        endpoints.extend(set.client_endpoints());
+        let writer = Writer::start(endpoints, true);
+        writer.wait_for(100).await;
+
+        let operator_cut = [Party::member(&unseen)];
+        set.net().cut(&Party::Operator, &operator_cut).await;
+        let cut_off = set.isolate(&old).await;
+        // Rounds at the operator's pace for three failover delays: nobody
+        // is promoted, and the condition says why.
+        let start = Instant::now();
+        let mut waiting = None;
+        while start.elapsed() < settings().failover_after * 3 {
+            let round = set.round().await;
+            assert_eq!(
+                set.recorded.as_ref().map(|r| r.pod.as_str()),
+                Some(old.as_str()),
+                "promoted while {unseen} may still follow {old}: {:?}",
+                round.plan
+            );
+            waiting = round.plan.waiting;
+            tokio::time::sleep(POLL).await;
+        }
+        assert_eq!(
+            waiting,
+            Some(Waiting::ReplicaSilent {
+                pod: unseen.clone(),
+                primary: old.clone()
+            })
+        );
+        if primary_heals_first {
+            set.rejoin(&old, &cut_off).await;
+            set.net().heal(&Party::Operator, &operator_cut).await;
+            assert_eq!(set.converge().await, old, "no failover was needed");
+        } else {
+            // The replica answers again: the failover goes ahead, and
+            // repoints it with the rest.
+            set.net().heal(&Party::Operator, &operator_cut).await;
+            let round = set
+                .until("failover away from the cut-off primary", |r| {
+                    r.primary.as_ref().is_some_and(|p| p.pod != old) && r.outcome.ok()
+                })
+                .await;
+            let new = round.plan.primary.unwrap();
+            set.rejoin(&old, &cut_off).await;
+            assert_eq!(set.converge().await, new);
+        }
+        writer.wait_for(writer.acked() + 100).await;
+        let (acked, _) = writer.finish().await;
+        every_member_has(&set, &acked).await;
+        eprintln!(
+            "primary heals first: {primary_heals_first}: {} acknowledged writes, none lost",
+            acked.len()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1506,23 +1587,32 @@ impl Fault {
 /// recorded `primary`. The schedule keeps to what the design survives
 /// without losing a write `WAIT 1` acknowledged (on the primary and one
 /// replica), and to two faults at once:
-/// - a fault that fails the primary over (cut off from everyone, or killed)
-///   comes only while every other member is alive and reachable by the
-///   operator, and while it lasts no fault takes a replica from the
-///   operator. Otherwise the one replica holding the newest acknowledged
-///   writes may be dead or silent when another is promoted (a second
-///   failure: a dead replica's copy is gone, and a silent one is waited for
-///   only `ahead_wait`), or a replica the operator cannot repoint may stay
-///   linked to the old primary and acknowledge its writes once its cut
-///   heals, until a round fences it (tried once: the operator cut from one
-///   replica of three, the primary cut off from everyone until another was
-///   promoted, then its cut healed first: 231 writes the old primary and
-///   that replica acknowledged in the 0.2 s before the fence were lost);
-/// - the operator cut from the primary comes at any time (but not with the
-///   above): a replica that still hears from it holds the failover back.
+/// - the primary cut off from everyone comes while replicas are cut off or
+///   cut from the operator, and they may be cut while it is: a replica the
+///   operator cannot reach while the primary is silent holds the promotion
+///   back (`ReplicaSilent`; before that rule, the operator cut from one
+///   replica of three and the primary cut off until another was promoted,
+///   then the primary's cut healing first, lost 231 writes that it and
+///   that replica acknowledged in the 0.2 s before the fence);
+/// - a kill of the primary comes only while every other member is alive
+///   and reachable, and no replica is killed while the primary is failing
+///   or the primary cut off while a replica is killed: the one replica
+///   holding the newest acknowledged writes may be the dead one (its copy
+///   is gone with its memory), and a silent one ahead of the others is
+///   waited for only `ahead_wait` when the primary is known stopped;
+/// - the operator cut from the primary comes at any time (but not with a
+///   fault that fails it): a replica that still hears from it holds the
+///   failover back.
 fn possible_faults(set: &Set, active: &[Fault], primary: &str) -> Vec<Fault> {
     let away: BTreeSet<&str> = active.iter().filter_map(Fault::away).collect();
     let failing = active.iter().any(Fault::fails_the_primary);
+    let killed = active.iter().any(|f| matches!(f, Fault::Killed { .. }));
+    // The primary cut off (not killed): a replica the operator cannot reach
+    // holds the promotion back (`ReplicaSilent`), so cutting one off now,
+    // or cutting the primary off while one is, loses nothing.
+    let primary_cut_off = active
+        .iter()
+        .any(|f| matches!(f, Fault::Isolated { primary: true, .. }));
     let linked = |a: &str, b: &str| {
         !active
             .iter()
@@ -1530,12 +1620,14 @@ fn possible_faults(set: &Set, active: &[Fault], primary: &str) -> Vec<Fault> {
     };
     let mut out = Vec::new();
     if !failing && !away.contains(primary) {
-        if away.is_empty() {
+        if !killed {
             out.push(Fault::Isolated {
                 member: primary.to_string(),
                 others: set.net().others(primary),
                 primary: true,
             });
+        }
+        if away.is_empty() {
             out.push(Fault::Killed {
                 member: primary.to_string(),
                 primary: true,
@@ -1550,7 +1642,7 @@ fn possible_faults(set: &Set, active: &[Fault], primary: &str) -> Vec<Fault> {
         if r == primary || away.contains(r) {
             continue;
         }
-        if !failing {
+        if !failing || primary_cut_off {
             out.push(Fault::Isolated {
                 member: r.to_string(),
                 others: set.net().others(r),
@@ -1560,6 +1652,8 @@ fn possible_faults(set: &Set, active: &[Fault], primary: &str) -> Vec<Fault> {
                 member: r.to_string(),
                 primary: false,
             });
+        }
+        if !failing {
             out.push(Fault::Killed {
                 member: r.to_string(),
                 primary: false,
