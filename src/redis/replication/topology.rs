@@ -618,7 +618,14 @@ fn converge(members: &[Member], primary: &Member, promote: bool) -> Vec<Action> 
     actions
 }
 
-/// Whether `m` is a linked, caught-up replica of `primary`.
+/// How long a replica may go without hearing from its primary and still
+/// count as linked, s. Primaries ping their replicas every second
+/// (podkeeper sets `repl-ping-replica-period 1`), while
+/// `master_link_status` stays `up` until `repl-timeout` (60 s) on a link
+/// whose packets are dropped.
+pub const LINK_SILENCE_MAX_SECONDS: i64 = 3;
+
+/// Whether `m` is a linked, caught-up replica of `primary`, hearing from it.
 pub fn linked_to(m: &Member, primary: &Member) -> bool {
     let (Some(i), Some(p)) = (m.info(), primary.info()) else {
         return false;
@@ -626,6 +633,8 @@ pub fn linked_to(m: &Member, primary: &Member) -> bool {
     i.follows(primary.ip(), primary.port)
         && i.link_up
         && !i.sync_in_progress
+        && i.master_last_io_seconds
+            .is_none_or(|s| s <= LINK_SILENCE_MAX_SECONDS)
         && p.replica(m.ip(), m.port).is_some_and(|r| r.online())
 }
 

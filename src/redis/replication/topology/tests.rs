@@ -159,6 +159,20 @@ fn a_steady_set_is_kept_as_it_is() {
 }
 
 #[test]
+fn a_replica_that_stopped_hearing_from_its_primary_is_not_linked() {
+    // b's link is cut (packets dropped): Redis keeps master_link_status up
+    // until repl-timeout, but nothing has come from a for 10 s.
+    let mut m = steady();
+    info_mut(&mut m[1]).master_last_io_seconds = Some(LINK_SILENCE_MAX_SECONDS + 7);
+    let p = plan(&m, Some(&rec("a")), &settings(), t(0));
+    assert!(!p.replicated, "not Replicated while b hears nothing");
+    assert!(!linked_to(&m[1], &m[0]));
+    info_mut(&mut m[1]).master_last_io_seconds = Some(LINK_SILENCE_MAX_SECONDS);
+    assert!(linked_to(&m[1], &m[0]));
+    assert!(plan(&m, Some(&rec("a")), &settings(), t(0)).replicated);
+}
+
+#[test]
 fn a_replica_not_yet_online_keeps_replicated_false() {
     let mut m = steady();
     info_mut(&mut m[0]).connected_replicas[1].state = "send_bulk".into();
