@@ -331,7 +331,7 @@ async fn chaos_pod_primary_and_operator_kills_rollouts_and_scaling_keep_one_link
 }
 
 /// Issue 28, point 5 (a): the primary's node cut off the cluster network
-/// for 30 s (`docker network disconnect`), a client beside the old primary
+/// for 30 s (its packets dropped on the `kind` network), a client beside the old primary
 /// writing straight to it and one writing through the Service, both with
 /// `WAIT 1`, on a Redis of 3 with a member on each node (the control
 /// plane's node untainted, the operator pinned there, both put back after).
@@ -348,6 +348,7 @@ async fn a_primary_cut_off_the_network_stops_taking_writes_before_its_successor_
         .expect("a partition");
     eprintln!("partition: {p:?}");
     let run = &p.runs[0];
+    assert!(run.dropped_packets > 0, "the cut dropped packets");
     assert!(run.failover, "a replica was promoted");
     assert!(
         run.to_new_primary_s.is_some(),

@@ -675,13 +675,11 @@ fn partition_markdown(s: &mut String, title: &str, p: &partition::Partitions, no
         "| Replicated reasons seen during the cuts | {} |",
         reasons.join(", ")
     );
-    if !node_cut {
-        let _ = writeln!(
-            s,
-            "| runs whose iptables rules dropped packets | {} of {n} |",
-            p.runs.iter().filter(|r| r.dropped_packets > 0).count()
-        );
-    }
+    let _ = writeln!(
+        s,
+        "| runs whose iptables rules dropped packets | {} of {n} |",
+        p.runs.iter().filter(|r| r.dropped_packets > 0).count()
+    );
     let _ = writeln!(s);
     for v in p
         .endpoint_violations

@@ -1,9 +1,9 @@
 //! Real partitions on kind (issue 28, point 5), measured under writes:
 //!
-//! - **node cut**: the primary's node container is disconnected from the
-//!   `kind` Docker network for a fixed time (`docker network disconnect`),
-//!   then connected again with its addresses and its routes to the other
-//!   nodes' Pods. A client Pod on that node writes straight to the old
+//! - **node cut**: every packet in or out of the primary's node container
+//!   on the `kind` Docker network is dropped for a fixed time (iptables and
+//!   ip6tables in the node's network namespace, [`NodeCut`]), then let
+//!   through again. A client Pod on that node writes straight to the old
 //!   primary's Pod IP the whole time, another on the control plane's node
 //!   writes through the `<name>` Service; both follow every `SET` with
 //!   `WAIT 1`.
@@ -220,70 +220,116 @@ async fn operator_pods(session: &Session) -> Result<Vec<(String, String, String)
         .collect())
 }
 
-/// A node container cut off the `kind` network; connected again, with its
-/// addresses and routes, when dropped (or by [`NodeCut::heal`]).
+/// A node container cut off the `kind` network: rules in its network
+/// namespace drop every packet in or out of its interface on that network
+/// (the kubelet's and kube-proxy's traffic with the API server, its Pods'
+/// traffic with other nodes), as a switch port that stops forwarding would;
+/// removed by [`NodeCut::heal`] or when dropped. (Disconnecting the
+/// container from the Docker network instead cannot be undone with the same
+/// IPv4 address when Docker chose the network's IPv4 subnet: `docker network
+/// connect --ip` is refused there, and a node with a new address is another
+/// node to its cluster.)
 pub struct NodeCut {
     node: String,
-    ipv4: String,
-    ipv6: String,
-    /// `(Pod CIDR, via)` of the node's routes to the other nodes' Pods.
-    routes: Vec<(String, String)>,
-    cut: bool,
+    /// The node's interface on the `kind` network.
+    interface: String,
+    /// The rules in place, as `(tool, chain, direction flag)`.
+    rules: Vec<(&'static str, &'static str, &'static str)>,
 }
+
+/// What a cut drops: everything in and out of the interface, for IPv4 and
+/// IPv6, whether for the node itself or forwarded to and from its Pods.
+const CUT_RULES: [(&str, &str); 4] = [
+    ("INPUT", "-i"),
+    ("OUTPUT", "-o"),
+    ("FORWARD", "-i"),
+    ("FORWARD", "-o"),
+];
 
 impl NodeCut {
     pub fn cut(node: &str) -> Result<NodeCut, crate::Error> {
-        let template = format!(
-            "{{{{(index .NetworkSettings.Networks \"{KIND_NETWORK}\").IPAddress}}}} {{{{(index .NetworkSettings.Networks \"{KIND_NETWORK}\").GlobalIPv6Address}}}}"
-        );
-        let addrs = run("docker", &["inspect", "-f", &template, node])?;
-        let mut addrs = addrs.split_whitespace();
-        let ipv4 = addrs.next().unwrap_or_default().to_string();
-        let ipv6 = addrs.next().unwrap_or_default().to_string();
+        let template =
+            format!("{{{{(index .NetworkSettings.Networks \"{KIND_NETWORK}\").IPAddress}}}}");
+        let ipv4 = run("docker", &["inspect", "-f", &template, node])?
+            .trim()
+            .to_string();
         if ipv4.is_empty() {
             return Err(other(format!("{node} has no address on {KIND_NETWORK}")));
         }
-        let routes = run("docker", &["exec", node, "ip", "-4", "route", "show"])?
+        // `2: eth0    inet 172.19.0.3/16 ...`
+        let interface = run("docker", &["exec", node, "ip", "-4", "-o", "addr", "show"])?
             .lines()
-            .filter_map(|l| {
+            .find_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 3 && f[0] != "default" && f[1] == "via")
-                    .then(|| (f[0].to_string(), f[2].to_string()))
+                (f.len() >= 4 && f[3].split('/').next() == Some(ipv4.as_str()))
+                    .then(|| f[1].to_string())
             })
-            .collect();
+            .ok_or_else(|| other(format!("{node}: no interface holds {ipv4}")))?;
         let mut c = NodeCut {
             node: node.into(),
-            ipv4,
-            ipv6,
-            routes,
-            cut: true,
+            interface,
+            rules: Vec::new(),
         };
-        if let Err(e) = run("docker", &["network", "disconnect", KIND_NETWORK, node]) {
-            c.cut = false;
-            return Err(e);
+        for tool in ["iptables", "ip6tables"] {
+            for (chain, flag) in CUT_RULES {
+                run(
+                    "docker",
+                    &[
+                        "exec",
+                        node,
+                        tool,
+                        "-I",
+                        chain,
+                        "1",
+                        flag,
+                        &c.interface,
+                        "-j",
+                        "DROP",
+                    ],
+                )?;
+                c.rules.push((tool, chain, flag));
+            }
         }
         Ok(c)
     }
 
-    /// Connects the node again with the same addresses and routes.
+    /// Packets the cut dropped so far (IPv4 and IPv6, every chain).
+    pub fn dropped(&self) -> u64 {
+        ["iptables", "ip6tables"]
+            .iter()
+            .flat_map(|tool| {
+                run("docker", &["exec", &self.node, tool, "-nvxL"])
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("DROP") && l.contains(self.interface.as_str()))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                    .collect::<Vec<u64>>()
+            })
+            .sum()
+    }
+
+    /// Removes the rules: the node is back on the network with the same
+    /// address, its routes untouched.
     pub fn heal(&mut self) -> Result<(), crate::Error> {
-        if !self.cut {
-            return Ok(());
-        }
-        let mut args = vec!["network", "connect", "--ip", &self.ipv4];
-        if !self.ipv6.is_empty() {
-            args.extend(["--ip6", &self.ipv6]);
-        }
-        args.extend([KIND_NETWORK, &self.node]);
-        run("docker", &args)?;
-        self.cut = false;
-        for (cidr, via) in &self.routes {
-            run(
+        while let Some((tool, chain, flag)) = self.rules.pop() {
+            let removed = run(
                 "docker",
                 &[
-                    "exec", &self.node, "ip", "route", "replace", cidr, "via", via,
+                    "exec",
+                    &self.node,
+                    tool,
+                    "-D",
+                    chain,
+                    flag,
+                    &self.interface,
+                    "-j",
+                    "DROP",
                 ],
-            )?;
+            );
+            if let Err(e) = removed {
+                self.rules.push((tool, chain, flag));
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -748,6 +794,7 @@ async fn series(
                     i + 1
                 ));
                 watch_during(session, name, seconds, cut_at, &mut run).await?;
+                run.dropped_packets = cut.dropped();
                 healed_at = now();
                 cut.heal()?;
             }
