@@ -144,12 +144,16 @@ pub const KUBE_PROXY: Rootfs = Rootfs {
     post: ":",
 };
 
-/// Debian's redis-server (and redis-cli). As in the upstream image,
-/// protected mode is off by default: in a container, clients never come
-/// from loopback. A small wrapper first on PATH passes the flag.
+/// Debian's redis-server (and redis-cli), and its redis-sentinel for the
+/// Sentinel anchor of `bench-redis` (it installs in debootstrap's chroot as
+/// redis-server does, starting nothing there; the anchor's Pods run
+/// `redis-sentinel` on a config of their own). As in
+/// the upstream image, protected mode is off by default: in a container,
+/// clients never come from loopback. A small wrapper first on PATH passes
+/// the flag (to redis-server; Sentinel has it off by default).
 pub const REDIS: Rootfs = Rootfs {
     name: "redis",
-    packages: &["redis-server"],
+    packages: &["redis-server", "redis-sentinel"],
     post: "printf '#!/bin/sh\\n# podkeeper.dev/redis: protected mode off, as in the upstream image\\nexec /usr/bin/redis-server --protected-mode no \"$@\"\\n' > /usr/local/bin/redis-server; \
 chmod 755 /usr/local/bin/redis-server; mkdir -p /data; chown 999:999 /data",
 };

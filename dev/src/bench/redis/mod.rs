@@ -2,11 +2,15 @@
 //! scale-down of a Redis on kind, measured by a client Pod that writes
 //! through the `<name>` Service the whole time (see [`writer`]).
 //!
+//! `--sentinel-failovers` measures the anchor beside podkeeper's failovers:
+//! the same kill -9 of a Redis Sentinel set's master (see [`sentinel`]).
+//!
 //! The cluster and the deployed operator are the caller's (`just
 //! bench-redis` sets them up as `just e2e` does). Every figure is printed
 //! with its method and the machine's load averages.
 
 pub mod partition;
+pub mod sentinel;
 pub mod session;
 pub mod writer;
 
@@ -42,6 +46,10 @@ pub struct BenchRedisArgs {
     /// kill -9 runs.
     #[arg(long, default_value_t = 20)]
     pub failovers: usize,
+    /// kill -9 runs of the anchor: a Redis Sentinel set (3 redis-server and
+    /// 3 Sentinel Pods, no operator; see `sentinel`), measured the same way.
+    #[arg(long, default_value_t = 0)]
+    pub sentinel_failovers: usize,
     /// Image rollouts (each one switchover).
     #[arg(long, default_value_t = 20)]
     pub rollouts: usize,
@@ -167,6 +175,10 @@ pub struct Report {
     pub cores: usize,
     pub members: i32,
     pub failovers: Failovers,
+    /// The anchor: the same kill -9 failovers handled by Redis Sentinel.
+    pub sentinel_failovers: sentinel::SentinelFailovers,
+    /// podkeeper's failover times over Sentinel's, when both ran.
+    pub podkeeper_over_sentinel: Option<Ratios>,
     pub rollouts: Rollouts,
     pub scale_downs: ScaleDowns,
     pub partitions: partition::Partitions,
@@ -185,6 +197,8 @@ pub async fn run(args: BenchRedisArgs) -> Result<(), crate::Error> {
         ..Default::default()
     };
     let result = measure(&session, &args, &mut report).await;
+    report.podkeeper_over_sentinel =
+        ratios(&report.failovers, &report.sentinel_failovers.failovers);
     report.client_restarts = session.client_restarts().await.unwrap_or_default();
     // What was measured is kept even if a later step failed.
     if let Some(path) = &args.json {
@@ -201,6 +215,10 @@ async fn measure(
 ) -> Result<(), crate::Error> {
     if args.failovers > 0 {
         report.failovers = failovers(session, args.members, args.failovers).await?;
+    }
+    if args.sentinel_failovers > 0 {
+        report.sentinel_failovers =
+            sentinel::failovers(session, REDIS_IMAGE, args.sentinel_failovers).await?;
     }
     if args.rollouts > 0 {
         report.rollouts = rollouts(session, args.members, args.rollouts).await?;
@@ -455,6 +473,39 @@ pub async fn scale_downs(session: &Session, runs: usize) -> Result<ScaleDowns, c
     Ok(out)
 }
 
+/// podkeeper's failover figures over Sentinel's (p50 over p50, p99 over
+/// p99): below 1, podkeeper was faster.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct Ratios {
+    pub to_new_primary_p50: f64,
+    pub to_new_primary_p99: f64,
+    pub client_gap_p50: f64,
+    pub client_gap_p99: f64,
+}
+
+/// The ratios when both ran; NaN (null in the JSON) where Sentinel's
+/// figure is 0.
+pub fn ratios(podkeeper: &Failovers, sentinel: &Failovers) -> Option<Ratios> {
+    if podkeeper.to_new_primary_s.is_empty() || sentinel.to_new_primary_s.is_empty() {
+        return None;
+    }
+    let (pt, st) = (
+        percentiles(&podkeeper.to_new_primary_s),
+        percentiles(&sentinel.to_new_primary_s),
+    );
+    let (pg, sg) = (
+        percentiles(&podkeeper.client_gap_s),
+        percentiles(&sentinel.client_gap_s),
+    );
+    let over = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    Some(Ratios {
+        to_new_primary_p50: over(pt.p50, st.p50),
+        to_new_primary_p99: over(pt.p99, st.p99),
+        client_gap_p50: over(pg.p50, sg.p50),
+        client_gap_p99: over(pg.p99, sg.p99),
+    })
+}
+
 fn fmt_p(p: &Percentiles) -> String {
     format!("{:.2} / {:.2} / {:.2}", p.p50, p.p99, p.max)
 }
@@ -492,6 +543,7 @@ pub fn markdown(r: &Report) -> String {
             f.writes.watch_events
         );
     }
+    sentinel_markdown(&mut s, r);
     let o = &r.rollouts;
     if o.runs > 0 {
         let _ = writeln!(
@@ -580,6 +632,79 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "- violation: {v}");
     }
     s
+}
+
+/// The Sentinel anchor's section, and podkeeper's figures next to it when
+/// both ran.
+fn sentinel_markdown(s: &mut String, r: &Report) {
+    let a = &r.sentinel_failovers;
+    let f = &a.failovers;
+    if f.runs == 0 {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### Anchor: the same kill -9 failovers handled by Redis Sentinel ({} runs, {} redis-server and {} Sentinel Pods)\n\n{}\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+        f.runs,
+        sentinel::MEMBERS,
+        sentinel::SENTINELS,
+        a.method,
+        f.load.0,
+        f.load.1
+    );
+    let (pt, st) = (
+        percentiles(&r.failovers.to_new_primary_s),
+        percentiles(&f.to_new_primary_s),
+    );
+    let (pg, sg) = (
+        percentiles(&r.failovers.client_gap_s),
+        percentiles(&f.client_gap_s),
+    );
+    let rows = [
+        (
+            "`docker exec` of the `kill -9` started to the end of the first write accepted by the new primary",
+            pt,
+            st,
+        ),
+        (
+            "the client's outage: last write accepted by the old primary to the first by the new",
+            pg,
+            sg,
+        ),
+    ];
+    match &r.podkeeper_over_sentinel {
+        Some(q) => {
+            let _ = writeln!(
+                s,
+                "| measure | podkeeper p50 / p99 / max (s) | Sentinel p50 / p99 / max (s) | podkeeper / Sentinel, p50 and p99 |\n|---|---|---|---|"
+            );
+            for ((what, p, sen), (q50, q99)) in rows.iter().zip([
+                (q.to_new_primary_p50, q.to_new_primary_p99),
+                (q.client_gap_p50, q.client_gap_p99),
+            ]) {
+                let _ = writeln!(
+                    s,
+                    "| {what} | {} | {} | {q50:.2}, {q99:.2} |",
+                    fmt_p(p),
+                    fmt_p(sen)
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(s, "| measure | Sentinel p50 / p99 / max (s) |\n|---|---|");
+            for (what, _, sen) in &rows {
+                let _ = writeln!(s, "| {what} | {} |", fmt_p(sen));
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nSentinel: acknowledged writes (WAIT 1) lost: {} of {}. Writes accepted after a kill, before the new primary's first, by neither the killed nor the new primary: {}. Two primaries seen by the client: {}.\n",
+        f.writes.acknowledged_lost,
+        f.writes.acknowledged,
+        f.accepted_elsewhere,
+        f.writes.client_overlaps
+    );
 }
 
 fn count_p(xs: &[f64]) -> String {
@@ -687,5 +812,61 @@ fn partition_markdown(s: &mut String, title: &str, p: &partition::Partitions, no
         .chain(&p.writes.watch_violations)
     {
         let _ = writeln!(s, "- violation: {v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failovers(to_new: &[f64], gap: &[f64]) -> Failovers {
+        Failovers {
+            runs: to_new.len(),
+            to_new_primary_s: to_new.to_vec(),
+            client_gap_s: gap.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn podkeeper_and_sentinel_are_compared_by_p50_and_p99_when_both_ran() {
+        let p = failovers(&[1.0, 2.0, 4.0], &[1.0, 1.0, 3.0]);
+        let s = failovers(&[5.0, 8.0, 6.0], &[4.0, 6.0, 5.0]);
+        assert_eq!(
+            ratios(&p, &s),
+            Some(Ratios {
+                to_new_primary_p50: 2.0 / 6.0,
+                to_new_primary_p99: 4.0 / 8.0,
+                client_gap_p50: 1.0 / 5.0,
+                client_gap_p99: 3.0 / 6.0,
+            })
+        );
+        assert_eq!(ratios(&p, &Failovers::default()), None);
+        assert_eq!(ratios(&Failovers::default(), &s), None);
+        let mut r = Report {
+            failovers: p,
+            sentinel_failovers: sentinel::SentinelFailovers {
+                failovers: s,
+                ..sentinel::SentinelFailovers::new(3)
+            },
+            ..Default::default()
+        };
+        r.podkeeper_over_sentinel = ratios(&r.failovers, &r.sentinel_failovers.failovers);
+        let md = markdown(&r);
+        assert!(
+            md.contains("### Anchor: the same kill -9 failovers handled by Redis Sentinel (3 runs")
+        );
+        assert!(md.contains("| podkeeper p50 / p99 / max (s) | Sentinel p50 / p99 / max (s) | podkeeper / Sentinel, p50 and p99 |"));
+        assert!(md.contains("| 2.00 / 4.00 / 4.00 | 6.00 / 8.00 / 8.00 | 0.33, 0.50 |"));
+        // Sentinel alone: its own figures, no ratios.
+        r.failovers = Failovers::default();
+        r.podkeeper_over_sentinel = None;
+        let md = markdown(&r);
+        assert!(md.contains("| measure | Sentinel p50 / p99 / max (s) |"));
+        assert!(md.contains("| 6.00 / 8.00 / 8.00 |") && !md.contains("0.33"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["sentinel_failovers"]["down_after_ms"], 5000);
+        assert_eq!(json["sentinel_failovers"]["to_new_primary_s"][1], 8.0);
+        assert!(json["podkeeper_over_sentinel"].is_null());
     }
 }

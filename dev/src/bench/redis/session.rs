@@ -261,6 +261,13 @@ impl Session {
         replicas: u32,
     ) -> Result<(), crate::Error> {
         let script = writer::keyed_script(prefix, host, port, replicas, WAIT_TIMEOUT_MS);
+        self.start_script_in(pod, &script).await
+    }
+
+    /// Starts a writer `script` (one of [`writer`]'s, whose log format the
+    /// rest of the session reads) in the client Pod `pod`, as
+    /// [`Session::start_writer`] does.
+    pub async fn start_script_in(&self, pod: &str, script: &str) -> Result<(), crate::Error> {
         let quoted = script.replace('\'', r"'\''");
         self.sh(
             pod,
@@ -453,7 +460,11 @@ impl Session {
         Ok(sent)
     }
 
-    fn kill_9_now(&self, pod: &str) -> Result<f64, crate::Error> {
+    /// SIGKILL of the redis-server of `pod`'s first container, as
+    /// [`Session::kill_9`] sends it, without waiting for a restart (for Pods
+    /// whose restartPolicy is Never). Returns when the `docker exec` that
+    /// sent it started (seconds since the epoch).
+    pub fn kill_9_now(&self, pod: &str) -> Result<f64, crate::Error> {
         let (ok, out, err) = self.kubectl(&[
             "get",
             "pod",

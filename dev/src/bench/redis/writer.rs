@@ -68,14 +68,97 @@ pub fn script(host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
 /// [`script`] with keys `<prefix>1`, `<prefix>2`, ... (two writers at once
 /// must not share keys).
 pub fn keyed_script(prefix: &str, host: &str, port: u16, replicas: u32, timeout_ms: u32) -> String {
+    attempts_script(
+        prefix,
+        &Target::Fixed {
+            host: host.into(),
+            port,
+        },
+        replicas,
+        timeout_ms,
+    )
+}
+
+/// The Sentinel-aware writer: [`script`]'s loop, log and stop file, but
+/// each attempt first asks the Sentinels at `sentinels` (IPs, in that
+/// order, each on `sentinel_port`) `SENTINEL get-master-addr-by-name
+/// master` on a connection of its own (bash's `/dev/tcp`, 1 s at most per
+/// Sentinel; it reads the answer's lines and closes, as Sentinel 7.0 has no
+/// `QUIT`) and writes to the address the first one that knows the master
+/// gives, as a Sentinel client discovers its master. An attempt no Sentinel
+/// answers is logged refused `NOMASTER`. The 3 s of an attempt count from
+/// the write's own connection; its start and end include the questions.
+pub fn sentinel_script(
+    prefix: &str,
+    sentinels: &[String],
+    sentinel_port: u16,
+    master: &str,
+    replicas: u32,
+    timeout_ms: u32,
+) -> String {
+    attempts_script(
+        prefix,
+        &Target::Sentinels {
+            ips: sentinels.to_vec(),
+            port: sentinel_port,
+            master: master.into(),
+        },
+        replicas,
+        timeout_ms,
+    )
+}
+
+/// Where a writer's attempts go.
+enum Target {
+    /// One address (a Service's ClusterIP).
+    Fixed { host: String, port: u16 },
+    /// The master the Sentinels name, asked before every attempt.
+    Sentinels {
+        ips: Vec<String>,
+        port: u16,
+        master: String,
+    },
+}
+
+/// The writer's loop (see the module's documentation) against `target`.
+fn attempts_script(prefix: &str, target: &Target, replicas: u32, timeout_ms: u32) -> String {
+    // `resolve` runs at the start of each attempt and may set `out` to a
+    // refusal instead of writing; `connect` is the inner bash's `/dev/tcp`
+    // address, whose arguments follow the key ($0) in `args`.
+    let (resolve, connect, args) = match target {
+        Target::Fixed { host, port } => (String::new(), format!("{host}/{port}"), String::new()),
+        Target::Sentinels { ips, port, master } => (
+            format!(
+                r#"
+  h=; p=
+  for s in {ips}; do
+    a=$(timeout 1 bash -c 'exec 3<>/dev/tcp/$0/{port} || exit 1; printf "SENTINEL get-master-addr-by-name {master}\r\n" >&3; read -r l <&3; echo "$l"; case $l in \*2*) for k in 1 2 3 4; do read -r l <&3; echo "$l"; done;; esac' $s 2>/dev/null)
+    read -r -d '' -a m <<< "${{a//$'\r'/}}"
+    if [ "${{m[0]}}" = '*2' ]; then h=${{m[2]}}; p=${{m[4]}}; break; fi
+  done
+  [ -n "$h" ] || out=-NOMASTER"#,
+                ips = ips.join(" "),
+            ),
+            "$1/$2".to_string(),
+            " $h $p".to_string(),
+        ),
+    };
+    let write = format!(
+        r#"out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{connect} || exit 1; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i{args} 2>/dev/null)"#
+    );
+    let write = if resolve.is_empty() {
+        write
+    } else {
+        format!("[ -z \"$h\" ] || {write}")
+    };
     format!(
         r#"exec 9>>{LOCK}; flock -n 9 || exit 0
 : >> {LOG}; i=0
 while read -r _ _ k _; do case $k in ''|*[!0-9]*) ;; *) i=$k;; esac; done < <(tail -n 3 {LOG})
 [ $i = 0 ] || printf '\nresumed %s %d\n' $EPOCHREALTIME $i >> {LOG}
 while [ ! -e {STOP} ]; do
-  i=$((i+1)); t0=$EPOCHREALTIME
-  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port} || exit 1; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i 2>/dev/null)
+  i=$((i+1)); t0=$EPOCHREALTIME{resolve}
+  {write}
   t1=$EPOCHREALTIME
   out=${{out//$'\r'/}}
   s=${{out%%$'\n'*}}; rest=${{out#*$'\n'}}; acks=${{rest%%$'\n'*}}; acks=${{acks#:}}
@@ -489,6 +572,37 @@ mod tests {
         assert!(!s.contains("redis-cli"));
         assert!(s.contains(LOG) && s.contains(STOP));
         assert!(read_back_script("h", 1, 3).contains("i<=3"));
+    }
+
+    #[test]
+    fn the_sentinel_script_asks_each_sentinel_in_turn_then_writes_to_the_master_named() {
+        let ips = ["10.244.1.7".to_string(), "10.244.2.8".to_string()];
+        let s = sentinel_script("w", &ips, 26379, "anchor", 1, 1000);
+        assert!(s.contains("for s in 10.244.1.7 10.244.2.8; do"));
+        assert!(s.contains("/dev/tcp/$0/26379"));
+        // Sentinel 7.0 has no QUIT: the answer's five lines are read.
+        assert!(s.contains(
+            r#"printf "SENTINEL get-master-addr-by-name anchor\r\n" >&3; read -r l <&3;"#
+        ));
+        assert!(s.contains(r"case $l in \*2*) for k in 1 2 3 4; do read -r l <&3;"));
+        // The first Sentinel that knows the master (a two-element array
+        // answer) ends the questions; the write goes to what it named.
+        assert!(s.contains(r#"if [ "${m[0]}" = '*2' ]; then h=${m[2]}; p=${m[4]}; break; fi"#));
+        assert!(s.contains("/dev/tcp/$1/$2") && s.contains("' $i $h $p 2>/dev/null)"));
+        assert!(s.contains(r#"[ -n "$h" ] || out=-NOMASTER"#));
+        assert!(s.contains(r#"[ -z "$h" ] || out=$(timeout 3 bash -c"#));
+        // The same write, log and stop file as the Service writer's.
+        assert!(s.contains(r"WAIT 1 1000\r\nINFO server replication\r\nQUIT\r\n"));
+        assert!(s.contains(LOG) && s.contains(STOP) && s.contains("flock -n 9"));
+        assert!(!s.contains("redis-cli"));
+        let fixed = script("10.96.0.5", 6379, 1, 1000);
+        assert!(!fixed.contains("SENTINEL") && !fixed.contains("NOMASTER"));
+        assert!(fixed.contains(
+            "t0=$EPOCHREALTIME\n  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/10.96.0.5/6379 || exit 1;"
+        ));
+        // A refusal for want of a master parses like any other.
+        let got = parse("1.0 1.1 1 0 - - - NOMASTER\n");
+        assert_eq!(refusals(&got, 0.0, 2.0), vec![("NOMASTER".to_string(), 1)]);
     }
 
     #[test]
