@@ -51,6 +51,15 @@ fn settings() -> Settings {
     }
 }
 
+/// The value of the environment variable `name`, or `default()` when it is
+/// unset or does not parse (seeds and lengths of the randomized tests).
+fn env_or<T: std::str::FromStr>(name: &str, default: impl FnOnce() -> T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(default)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind((LOOPBACK, 0))
         .expect("bind a free port")
@@ -1394,14 +1403,8 @@ async fn chaos_keeps_one_primary_and_every_acknowledged_write() {
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
 
-    let seed = std::env::var("PODKEEPER_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let faults: usize = std::env::var("PODKEEPER_REPL_CHAOS_FAULTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+    let seed = env_or("PODKEEPER_CHAOS_SEED", rand::random);
+    let faults: usize = env_or("PODKEEPER_REPL_CHAOS_FAULTS", || 12);
     eprintln!("replication chaos: PODKEEPER_CHAOS_SEED={seed}, {faults} faults");
     let mut rng = StdRng::seed_from_u64(seed);
 
@@ -1684,14 +1687,8 @@ async fn overlapping_cuts_and_kills_keep_one_acknowledging_primary_and_every_ack
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
 
-    let seed = std::env::var("PODKEEPER_NETCUT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let events: usize = std::env::var("PODKEEPER_NETCUT_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24);
+    let seed = env_or("PODKEEPER_NETCUT_SEED", rand::random);
+    let events: usize = env_or("PODKEEPER_NETCUT_EVENTS", || 24);
     eprintln!("overlapping faults: PODKEEPER_NETCUT_SEED={seed}, {events} events");
     let mut rng = StdRng::seed_from_u64(seed);
 
