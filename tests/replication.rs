@@ -391,6 +391,12 @@ impl Set {
             .collect()
     }
 
+    /// A member other than `name` (the first).
+    fn other_than(&self, name: &str) -> String {
+        let other = self.servers.iter().find(|s| s.name != name);
+        other.expect("another member").name.clone()
+    }
+
     fn server(&self, name: &str) -> &Server {
         self.servers.iter().find(|s| s.name == name).unwrap()
     }
@@ -934,13 +940,7 @@ async fn a_cut_off_primary_is_not_failed_over_while_a_replica_it_may_still_lead_
     for primary_heals_first in [true, false] {
         let mut set = Set::start_networked(3).await;
         let old = set.converge().await;
-        let unseen = set
-            .servers
-            .iter()
-            .find(|s| s.name != old)
-            .unwrap()
-            .name
-            .clone();
+        let unseen = set.other_than(&old);
         let mut endpoints = vec![set.client_endpoint(&old)];
         endpoints.extend(set.client_endpoints());
         let writer = Writer::start(endpoints, true);
@@ -1881,13 +1881,7 @@ async fn a_primary_cut_off_from_its_replicas_refuses_writes_and_turns_unready() 
     for isolated in [false, true] {
         let mut set = Set::start_networked(2).await;
         let primary = set.converge().await;
-        let replica = set
-            .servers
-            .iter()
-            .find(|s| s.name != primary)
-            .unwrap()
-            .name
-            .clone();
+        let replica = set.other_than(&primary);
         let port = set.server(&primary).port;
         // A client beside the primary: 127.0.0.1, not across the network.
         let beside = set.server(&primary).node().await.unwrap();

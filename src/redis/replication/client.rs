@@ -157,6 +157,18 @@ pub struct Access<'a> {
     pub route: &'a Route,
 }
 
+#[cfg(test)]
+impl<'a> Access<'a> {
+    /// No password, one `deadline` (the unit tests' fake servers).
+    pub fn plain(route: &'a Route, deadline: Duration) -> Self {
+        Access {
+            password: None,
+            timeouts: Timeouts { deadline },
+            route,
+        }
+    }
+}
+
 impl Access<'_> {
     /// The member at `ip:port`, with this Redis's password.
     pub fn endpoint(&self, ip: &str, port: u16) -> Endpoint {
@@ -835,13 +847,7 @@ pub(crate) mod tests {
         })
         .await;
         let route = Route::PodNetwork;
-        let access = Access {
-            password: None,
-            timeouts: Timeouts {
-                deadline: Duration::from_secs(10),
-            },
-            route: &route,
-        };
+        let access = Access::plain(&route, Duration::from_secs(10));
         let started = Instant::now();
         let err = Connections::default()
             .observe(&access, "p", &access.endpoint("127.0.0.1", port))
@@ -901,11 +907,7 @@ pub(crate) mod tests {
         })
         .await;
         let route = Route::PodNetwork;
-        let access = Access {
-            password: None,
-            timeouts: Timeouts { deadline: DEADLINE },
-            route: &route,
-        };
+        let access = Access::plain(&route, DEADLINE);
         let endpoint = access.endpoint("127.0.0.1", port);
         let connections = Connections::default();
         for _ in 0..5 {

@@ -337,13 +337,7 @@ mod tests {
     #[test]
     fn a_members_task_is_small() {
         let route = Route::PodNetwork;
-        let access = Access {
-            password: None,
-            timeouts: Timeouts {
-                deadline: Duration::from_secs(1),
-            },
-            route: &route,
-        };
+        let access = Access::plain(&route, Duration::from_secs(1));
         let task = observe_member(
             Arc::new(Connections::default()),
             Route::PodNetwork,
@@ -432,11 +426,7 @@ mod tests {
         });
         let deadline = Duration::from_millis(300);
         let route = Route::PodNetwork;
-        let access = Access {
-            password: None,
-            timeouts: Timeouts { deadline },
-            route: &route,
-        };
+        let access = Access::plain(&route, deadline);
         let endpoint = access.endpoint("127.0.0.1", port);
         let observer = Observer::default();
         let started = Instant::now();
@@ -498,13 +488,7 @@ mod tests {
             }
         });
         let route = Route::PodNetwork;
-        let access = Access {
-            password: None,
-            timeouts: Timeouts {
-                deadline: Duration::from_secs(1),
-            },
-            route: &route,
-        };
+        let access = Access::plain(&route, Duration::from_secs(1));
         let endpoint = access.endpoint("127.0.0.1", port);
         let woken = Arc::new(Notify::new());
         let wake = woken.clone();
