@@ -2,7 +2,7 @@
 //! /proc, request counts from the apiserver's audit log, and the deletion
 //! order check.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
@@ -121,22 +121,32 @@ struct Request {
     resource: String,
     object: String,
     body: Option<serde_json::Value>,
+    /// The API server's response code, where the audit log has it.
+    code: Option<u64>,
 }
 
 /// The requests in audit-log `lines` whose User-Agent contains
 /// `user_agent`, once per request (audit ID).
 fn requests(lines: &str, user_agent: &str) -> Vec<Request> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
+    // Where each audit ID's request is in `out`: its later stages add
+    // the response code.
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<Request> = Vec::new();
     for line in lines.lines() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let agent = event["userAgent"].as_str().unwrap_or_default();
-        let id = event["auditID"].as_str().unwrap_or_default().to_string();
-        if !agent.contains(user_agent) || !seen.insert(id) {
+        if !agent.contains(user_agent) {
             continue;
         }
+        let id = event["auditID"].as_str().unwrap_or_default().to_string();
+        let code = event["responseStatus"]["code"].as_u64();
+        if let Some(&at) = seen.get(&id) {
+            out[at].code = out[at].code.or(code);
+            continue;
+        }
+        seen.insert(id, out.len());
         let verb = event["verb"].as_str().unwrap_or("?");
         let o = &event["objectRef"];
         let resource = o["resource"]
@@ -156,6 +166,7 @@ fn requests(lines: &str, user_agent: &str) -> Vec<Request> {
             ),
             resource,
             body: Some(event["requestObject"].clone()).filter(|b| !b.is_null()),
+            code,
         });
     }
     out
@@ -173,15 +184,18 @@ pub fn count_requests(lines: &str, user_agent: &str) -> BTreeMap<String, u64> {
 }
 
 /// The writes in audit-log `lines` by `user_agent`, other than to Leases,
-/// once per request: "verb resource namespace/name", with the request body
-/// where the audit policy logged it.
+/// once per request: "verb resource namespace/name -> code", with the
+/// request body where the audit policy logged it.
 pub fn object_writes(lines: &str, user_agent: &str) -> Vec<String> {
     requests(lines, user_agent)
         .into_iter()
         .filter(|r| is_write(&r.key) && r.resource != "leases")
-        .map(|r| match r.body {
-            Some(body) => format!("{} {}: {body}", r.key, r.object),
-            None => format!("{} {}", r.key, r.object),
+        .map(|r| {
+            let code = r.code.map_or("?".to_string(), |c| c.to_string());
+            match r.body {
+                Some(body) => format!("{} {} -> {code}: {body}", r.key, r.object),
+                None => format!("{} {} -> {code}", r.key, r.object),
+            }
         })
         .collect()
 }
@@ -270,15 +284,15 @@ not json
         assert_eq!(
             object_writes(
                 r#"{"auditID":"b","verb":"patch","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"redises","subresource":"status","namespace":"ns","name":"r1"},"requestObject":{"status":{"readyReplicas":3}}}
-{"auditID":"b","verb":"patch","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"redises","subresource":"status","namespace":"ns","name":"r1"}}
+{"auditID":"b","verb":"patch","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"redises","subresource":"status","namespace":"ns","name":"r1"},"responseStatus":{"code":409}}
 {"auditID":"c","verb":"update","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"leases","namespace":"ns","name":"podkeeper"}}
 {"auditID":"e","verb":"delete","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"pods","namespace":"ns","name":"p"}}
 {"auditID":"f","verb":"get","userAgent":"podkeeper/0.1.0","objectRef":{"resource":"pods","namespace":"ns","name":"p"}}"#,
                 "podkeeper/"
             ),
             vec![
-                r#"patch redises/status ns/r1: {"status":{"readyReplicas":3}}"#.to_string(),
-                "delete pods ns/p".to_string()
+                r#"patch redises/status ns/r1 -> 409: {"status":{"readyReplicas":3}}"#.to_string(),
+                "delete pods ns/p -> ?".to_string()
             ]
         );
         assert!(!is_write("watch pods"));

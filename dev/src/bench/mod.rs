@@ -958,6 +958,28 @@ async fn idle_stage(
             },
         )
         .await?;
+    // A write of the convergence may still be on its way when its result
+    // is already in view (a status write paced by `STATUS_INTERVAL`, one
+    // retried after a conflict): idle begins once the operator has written
+    // nothing for `QUIET`, judged from the audit log. An operator that
+    // never stops writing gets its window after `QUIET_TRIES` and is
+    // caught there.
+    const QUIET: Duration = Duration::from_secs(2);
+    const QUIET_TRIES: usize = 15;
+    for _ in 0..QUIET_TRIES {
+        let mark = measure::audit_mark(&b.audit);
+        tokio::time::sleep(QUIET).await;
+        let late = measure::object_writes(&measure::audit_since(&b.audit, mark), PODKEEPER_AGENT);
+        if late.is_empty() {
+            break;
+        }
+        eprintln!(
+            "podkeeper bench: podkeeper: {} write(s) after convergence, waiting for {}s without one: {}",
+            late.len(),
+            QUIET.as_secs(),
+            late.join("; ")
+        );
+    }
     eprintln!("podkeeper bench: podkeeper: idle for {idle}s, counting its requests");
     let mark = measure::audit_mark(&b.audit);
     let before = operator.sample(ticks)?;

@@ -248,6 +248,29 @@ pub fn refusals(attempts: &[Attempt], from: f64, to: f64) -> Vec<(String, usize)
     out
 }
 
+/// The attempts that ended between `from` and `to`, one short line each
+/// (start and end in seconds after `from`, what came of it, the server's
+/// run id prefix): where the time of a slow failover went.
+pub fn timeline(attempts: &[Attempt], from: f64, to: f64) -> Vec<String> {
+    attempts
+        .iter()
+        .filter(|a| a.end >= from && a.start <= to)
+        .map(|a| {
+            let outcome = match (&a.refused, a.accepted) {
+                (Some(why), _) => why.clone(),
+                (None, true) => format!("OK acks={}", a.acks.map_or("-".into(), |n| n.to_string())),
+                (None, false) => "not accepted".into(),
+            };
+            let server = a.run_id.as_deref().map_or("-", |r| &r[..r.len().min(8)]);
+            format!(
+                "{:+.2}..{:+.2} {outcome} @{server}",
+                a.start - from,
+                a.end - from
+            )
+        })
+        .collect()
+}
+
 /// Whether the writer had finished (its log ends with `done`).
 pub fn finished(log: &str) -> bool {
     log.lines().last() == Some("done")
