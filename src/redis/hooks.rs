@@ -347,9 +347,18 @@ fn cause_text(cause: Cause) -> &'static str {
     }
 }
 
+/// Moves the role labels the `<name>` Service selects by, demotions first.
+/// A demotion the API server refuses holds the promotion back, so that the
+/// Service never selects two Pods: clients meet a replica's `READONLY`
+/// until the next round moves both. Each refusal is a Warning Event (the
+/// Service not following the primary is what a person would look into).
 async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: Option<&str>) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let mut demotion_refused = false;
     for (pod, role) in label_changes(pods, primary) {
+        if role == "primary" && demotion_refused {
+            continue;
+        }
         let patch = crate::redis::replication::objects::role_label_patch(role);
         if let Err(e) = api
             .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
@@ -357,6 +366,27 @@ async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: O
         {
             // The next round tries again.
             tracing::warn!(%pod, role, error = %e, "cannot label the Pod's role");
+            demotion_refused |= role != "primary";
+            let held = if role == "primary" {
+                String::new()
+            } else {
+                format!(
+                    "; {} is not labelled primary until then",
+                    primary.unwrap_or("the primary")
+                )
+            };
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "RoleLabelNotMoved",
+                    "Label",
+                    format!(
+                        "Cannot label Pod {pod} {ROLE_LABEL}={role} ({}): the Service follows the primary once it can{held}",
+                        api_message(&e)
+                    ),
+                )
+                .await;
         }
     }
 }

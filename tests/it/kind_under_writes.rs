@@ -122,7 +122,8 @@ const FAULTS: [Fault; 8] = [
     Fault::Scale,
 ];
 
-fn kill_operator() {
+/// Force-deletes the leading operator's Pod (the standby takes over).
+pub(crate) fn kill_operator() {
     let _guard = hold_deployed_operator();
     let (ok, out, _) = crate::harness::kubectl(&[
         "get",

@@ -78,7 +78,8 @@ fn other(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Other(e.to_string())
 }
 
-fn primary(r: &podkeeper::api::Redis) -> Result<String, crate::Error> {
+/// The recorded primary's Pod.
+pub fn primary(r: &podkeeper::api::Redis) -> Result<String, crate::Error> {
     r.primary_pod()
         .map(str::to_string)
         .ok_or_else(|| other("no primary"))
@@ -117,7 +118,7 @@ pub struct UnderWrites {
 
 /// Stops the writer and counts what it and the watch saw: acknowledged
 /// writes (read back through `host`), those lost, two primaries.
-async fn wind_up(
+pub async fn wind_up(
     session: &Session,
     host: &str,
     watch: InvariantWatch,
@@ -249,7 +250,7 @@ async fn measure(
 
 /// The Redis `name` with `n` members, settled, and the writer started on
 /// its primary Service; returns the Service's ClusterIP.
-async fn start(
+pub async fn start(
     session: &Session,
     name: &str,
     n: i32,
@@ -270,6 +271,10 @@ async fn delete_redis(session: &Session, name: &str) -> Result<(), crate::Error>
         .await?;
     Ok(())
 }
+
+/// A failover slower than this has the writer's attempts from the kill
+/// on printed, to tell where the time went.
+const SLOW_FAILOVER_S: f64 = 1.0;
 
 /// kill -9 of the primary's redis-server, `runs` times; each run waits for
 /// the new primary and for the old Pod to rejoin (Ready, every member
@@ -319,6 +324,13 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
             },
             w.client_gap_s,
         ));
+        if w.to_new_primary_s > SLOW_FAILOVER_S {
+            progress(&format!(
+                "failover {}/{runs} was slow; the writer's attempts from the kill: {}",
+                run + 1,
+                writer::timeline(&writes, killed_at, killed_at + w.to_new_primary_s).join(", ")
+            ));
+        }
         // The killed container would be killed again two runs later, and
         // the kubelet's crash-loop back-off (10 s, 20 s, ... 5 min) would
         // grow over the runs: its Pod is replaced, so that every run kills a

@@ -1,0 +1,392 @@
+//! Issue 28, point 1, on kind's real redis-server Pods under a client that
+//! writes the whole time: what a failover does when the API server says
+//! no. An admission policy (a ValidatingAdmissionPolicy bound to the
+//! test's namespace) refuses the writes a failover needs, the primary is
+//! killed, and the tests assert what a person relying on the Redis cares
+//! about: who is primary while the refusal lasts, that the operator says
+//! why, and, once the refusal is lifted, that the Redis heals by itself
+//! with no acknowledged write lost and never two primaries at any Pod or
+//! Redis event.
+
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use podkeeper::api::Redis;
+use podkeeper::api::names::ROLE_LABEL;
+use podkeeper_dev::bench::redis as bench;
+use podkeeper_dev::bench::redis::session::{self as bench_session, InvariantWatch, Session};
+use podkeeper_dev::kind::versions::REDIS_IMAGE;
+
+use crate::harness::{TestEnv, cluster, kubectl};
+
+const PORT: u16 = 6379;
+const STEP: Duration = Duration::from_secs(300);
+
+async fn session(env: &TestEnv) -> Session {
+    Session::within(
+        env.client.clone(),
+        &cluster().kubeconfig_path,
+        &env.namespace,
+        REDIS_IMAGE,
+    )
+    .await
+    .expect("the client Pod")
+}
+
+/// A ValidatingAdmissionPolicy and its binding that deny, in one
+/// namespace, the updates `rules` match for which `allowed` (CEL) is
+/// false. Removed by [`Refusal::lift`].
+struct Refusal {
+    name: String,
+    client: kube::Client,
+}
+
+impl Refusal {
+    async fn apply(env: &TestEnv, what: &str, rules: serde_json::Value, allowed: &str) -> Refusal {
+        let name = format!("{}-{what}", env.namespace);
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": rules},
+                "validations": [{
+                    "expression": allowed,
+                    "message": format!("refused by podkeeper's test ({what})"),
+                }],
+            },
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": env.namespace,
+                }}},
+            },
+        }))
+        .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("the admission policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("its binding");
+        Refusal {
+            name,
+            client: env.client.clone(),
+        }
+    }
+
+    async fn lift(self) {
+        let dp = DeleteParams::default();
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &dp)
+            .await
+            .expect("the binding removed");
+        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &dp)
+            .await
+            .expect("the policy removed");
+    }
+}
+
+/// Waits until `probe` (a dry-run write) is refused, or accepted when
+/// `refused` is false: the API server applies a policy a moment after it
+/// is created or removed.
+async fn until_dry_run<F, Fut>(what: &str, refused: bool, probe: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), kube::Error>>,
+{
+    bench_session::wait(what, STEP, || async {
+        let r = probe().await;
+        if let Err(e) = &r
+            && refused
+        {
+            assert!(
+                e.to_string().contains("refused by podkeeper's test"),
+                "refused for another reason: {e}"
+            );
+        }
+        (r.is_err() == refused).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+/// The Events about `redis/name` with `reason`: (reportingInstance, note).
+fn events(env: &TestEnv, name: &str, reason: &str) -> Vec<(String, String)> {
+    let (ok, out, err) = env.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={name},involvedObject.kind=Redis,reason={reason}"),
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["reportingInstance"].as_str().unwrap_or_default().into(),
+                e["message"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect()
+}
+
+/// `ROLE` as the member's redis-server reports it: `master`, `slave`, or
+/// `-` when it does not answer (a container restarting).
+fn role(s: &Session, pod: &str) -> String {
+    s.redis_cli(pod, PORT, "role")
+        .map(|out| out.lines().next().unwrap_or("-").trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+fn role_label(p: &Pod) -> Option<&str> {
+    p.labels().get(ROLE_LABEL).map(String::as_str)
+}
+
+/// The API server refuses every write of the Redis's status while its
+/// primary is killed: the operator cannot record the replica it chose,
+/// so it promotes no one (a Warning Event says why; no write is accepted
+/// anywhere meanwhile). Once the refusal is lifted it records, promotes,
+/// and the writes go on, with nothing acknowledged lost.
+#[tokio::test]
+async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can() {
+    let env = TestEnv::new("kind-no-record").await;
+    let s = session(&env).await;
+    let name = "norecord";
+    let host = bench::start(&s, name, 3, 1)
+        .await
+        .expect("a Redis of 3 under writes");
+    let watch = InvariantWatch::start(&s, name);
+    let redis: Api<Redis> = s.api();
+    let (r, members) = s.settled(name, 3, STEP).await.unwrap();
+    let old = bench::primary(&r).unwrap();
+
+    let refusal = Refusal::apply(
+        &env,
+        "status",
+        serde_json::json!([{
+            "apiGroups": ["podkeeper.dev"], "apiVersions": ["v1"],
+            "operations": ["UPDATE"], "resources": ["redises/status"],
+        }]),
+        "false",
+    )
+    .await;
+    let probe = || async {
+        let current = redis.get(name).await?;
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        redis.replace_status(name, &dry, &current).await.map(|_| ())
+    };
+    until_dry_run("status writes refused", true, probe).await;
+
+    let killed_at = s.kill_9(&old).await.unwrap();
+    let refused = bench_session::wait("a PromotionNotRecorded Event", STEP, || async {
+        let seen = events(&env, name, "PromotionNotRecorded");
+        (!seen.is_empty()).then_some(seen)
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused[0].1.contains("could not be recorded"),
+        "{refused:?}"
+    );
+    // Rounds went by: the Event repeats (its count grows) or the old
+    // primary's container is back; either way nobody is a primary.
+    for pod in members.iter().map(|p| p.name_any()) {
+        assert_ne!(role(&s, &pod), "master", "{pod} is a primary, unrecorded");
+    }
+    assert_eq!(
+        redis.get(name).await.unwrap().primary_pod(),
+        Some(old.as_str()),
+        "the record was kept"
+    );
+    let lifted_at = bench_session::now();
+    let (writes, _) = s.writes().unwrap();
+    let accepted: Vec<_> = writes
+        .iter()
+        .filter(|a| a.accepted && a.start > killed_at && a.end < lifted_at)
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "writes accepted while no promotion could be recorded: {accepted:?}"
+    );
+
+    refusal.lift().await;
+    let new = bench_session::wait("a new primary", STEP, || async {
+        let r = redis.get(name).await.ok()?;
+        r.primary_pod().filter(|p| *p != old).map(str::to_string)
+    })
+    .await
+    .unwrap();
+    s.settled(name, 3, STEP).await.unwrap();
+    assert_eq!(role(&s, &new), "master");
+    s.writes_accepted(5).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("no record, then a failover: {w:?}");
+    assert!(w.acknowledged > 0);
+    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
+    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
+    assert_eq!(w.watch_violations, Vec::<String>::new(), "two primaries");
+}
+
+/// The API server refuses every change of a Pod's role label while the
+/// primary is killed: the operator records and promotes a replica, but
+/// the `<name>` Service cannot follow (a Warning Event says so, and no
+/// Pod is labelled primary beside the old one). The operator's leader is
+/// then killed: the new leader, starting from the record, keeps the
+/// promoted member as the primary and never turns the restarted old one
+/// back into one. Once the refusal is lifted the labels move, the Service
+/// follows, and nothing acknowledged is lost.
+#[tokio::test]
+async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_new_leader() {
+    let env = TestEnv::new("kind-no-label").await;
+    let s = session(&env).await;
+    let name = "nolabel";
+    let host = bench::start(&s, name, 3, 1)
+        .await
+        .expect("a Redis of 3 under writes");
+    let watch = InvariantWatch::start(&s, name);
+    let redis: Api<Redis> = s.api();
+    let pods: Api<Pod> = s.api();
+    let (r, members) = s.settled(name, 3, STEP).await.unwrap();
+    let old = bench::primary(&r).unwrap();
+    let replica = members
+        .iter()
+        .map(|p| p.name_any())
+        .find(|p| *p != old)
+        .unwrap();
+
+    let label = format!("'{ROLE_LABEL}'");
+    let role_of = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && {label} in {o}.metadata.labels ? {o}.metadata.labels[{label}] : '')"
+        )
+    };
+    let refusal = Refusal::apply(
+        &env,
+        "labels",
+        serde_json::json!([{
+            "apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["UPDATE"], "resources": ["pods"],
+        }]),
+        &format!("{} == {}", role_of("oldObject"), role_of("object")),
+    )
+    .await;
+    let probe = || async {
+        let patch = serde_json::json!({"metadata": {"labels": {ROLE_LABEL: "primary"}}});
+        let dry = PatchParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        pods.patch(&replica, &dry, &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    };
+    until_dry_run("role label changes refused", true, probe).await;
+
+    s.kill_9(&old).await.unwrap();
+    let new = bench_session::wait("a recorded new primary", STEP, || async {
+        let r = redis.get(name).await.ok()?;
+        r.primary_pod().filter(|p| *p != old).map(str::to_string)
+    })
+    .await
+    .unwrap();
+    bench_session::wait("the new primary promoted", STEP, || async {
+        (role(&s, &new) == "master").then_some(())
+    })
+    .await
+    .unwrap();
+    bench_session::wait("a RoleLabelNotMoved Event", STEP, || async {
+        (!events(&env, name, "RoleLabelNotMoved").is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(role_label(&pods.get(&new).await.unwrap()), Some("replica"));
+
+    // The leader dies while the Service still points at the old Pod.
+    let before: Vec<String> = events(&env, name, "RoleLabelNotMoved")
+        .into_iter()
+        .map(|(instance, _)| instance)
+        .collect();
+    crate::kind_under_writes::kill_operator();
+    bench_session::wait(
+        "the next leader's RoleLabelNotMoved Event",
+        STEP,
+        || async {
+            events(&env, name, "RoleLabelNotMoved")
+                .iter()
+                .any(|(instance, _)| !before.contains(instance))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    // The next leader has run rounds from the record: the promoted member
+    // is still the primary, recorded and in fact, and the old one (its
+    // container restarted, empty) is not.
+    let r = redis.get(name).await.unwrap();
+    assert_eq!(r.primary_pod(), Some(new.as_str()));
+    assert_eq!(role(&s, &new), "master");
+    assert_ne!(role(&s, &old), "master");
+    let (ok, out, _) = kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        &env.namespace,
+        "-l",
+        &format!("{ROLE_LABEL}=primary"),
+        "-o",
+        "name",
+    ]);
+    assert!(ok);
+    assert_eq!(
+        out.trim(),
+        format!("pod/{old}"),
+        "only the old Pod is labelled primary"
+    );
+
+    refusal.lift().await;
+    bench_session::wait("the Service's label on the new primary", STEP, || async {
+        let p = pods.get(&new).await.ok()?;
+        (role_label(&p) == Some("primary")).then_some(())
+    })
+    .await
+    .unwrap();
+    s.settled(name, 3, STEP).await.unwrap();
+    s.writes_accepted(5).await.unwrap();
+    let new_run_id = s.run_id(&new, PORT).unwrap();
+    let (writes, _) = s.writes().unwrap();
+    assert!(
+        writes
+            .iter()
+            .rev()
+            .find(|a| a.accepted)
+            .is_some_and(|a| a.run_id.as_deref() == Some(new_run_id.as_str())),
+        "the Service sends the writes to the new primary"
+    );
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("labels refused, leader killed: {w:?}");
+    assert!(w.acknowledged > 0);
+    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
+    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
+    assert_eq!(w.watch_violations, Vec::<String>::new(), "two primaries");
+}
