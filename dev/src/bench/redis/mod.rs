@@ -9,6 +9,7 @@
 //! bench-redis` sets them up as `just e2e` does). Every figure is printed
 //! with its method and the machine's load averages.
 
+pub mod fleet;
 pub mod partition;
 pub mod sentinel;
 pub mod session;
@@ -69,6 +70,13 @@ pub struct BenchRedisArgs {
     /// How long each operator cut-off lasts, s.
     #[arg(long, default_value_t = 20)]
     pub cutoff_seconds: u64,
+    /// Redis objects of the fleet measurement (one node cut off while
+    /// another Redis fails over; see `fleet`); 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    pub fleet: usize,
+    /// Pairs of probe failovers (every node up, one node cut) in it.
+    #[arg(long, default_value_t = 5)]
+    pub fleet_runs: usize,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -123,12 +131,22 @@ pub async fn wind_up(
     host: &str,
     watch: InvariantWatch,
 ) -> Result<UnderWrites, crate::Error> {
-    let writes = session.stop_writer().await?;
+    wind_up_in(session, session::CLIENT, host, watch).await
+}
+
+/// [`wind_up`] for the writer of client Pod `pod`.
+pub(crate) async fn wind_up_in(
+    session: &Session,
+    pod: &str,
+    host: &str,
+    watch: InvariantWatch,
+) -> Result<UnderWrites, crate::Error> {
+    let writes = session.stop_writer_in(pod).await?;
     let acked = writer::acknowledged(&writes, 1);
     let seen = watch.seen();
     Ok(UnderWrites {
         acknowledged: acked.len(),
-        acknowledged_lost: session.lost(host, PORT, &acked)?.len(),
+        acknowledged_lost: session.lost_keyed_from(pod, "w", host, PORT, &acked)?.len(),
         client_overlaps: writer::overlapping_primaries(&writes).len(),
         watch_events: seen.events,
         watch_violations: seen.violations,
@@ -184,6 +202,7 @@ pub struct Report {
     pub scale_downs: ScaleDowns,
     pub partitions: partition::Partitions,
     pub operator_cutoffs: partition::Partitions,
+    pub fleet: fleet::Fleet,
     /// Times the client Pod's container was started again (a failed start
     /// counts); its writer resumed each time.
     pub client_restarts: i32,
@@ -245,6 +264,9 @@ async fn measure(
         )
         .await?;
     }
+    if args.fleet > 0 {
+        report.fleet = fleet::fleet(session, args.fleet, args.fleet_runs).await?;
+    }
     Ok(())
 }
 
@@ -289,61 +311,80 @@ pub async fn failovers(session: &Session, n: i32, runs: usize) -> Result<Failove
     let host = start(session, name, n, 1).await?;
     let watch = InvariantWatch::start(session, name);
     for run in 0..runs {
-        let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
-        let old = primary(&r)?;
-        let old_run_id = session.run_id(&old, PORT)?;
-        session.writes_accepted(10).await?;
-        let killed_at = session.kill_9(&old).await?;
-        let redis = session.api::<podkeeper::api::Redis>();
-        session::wait("a new primary", STEP_TIMEOUT, || async {
-            let r = redis.get(name).await.ok()?;
-            (r.primary_pod()? != old).then_some(())
-        })
+        let w = kill_primary(
+            session,
+            name,
+            n,
+            session::CLIENT,
+            &format!("failover {}/{runs}", run + 1),
+        )
         .await?;
-        let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
-        let new = primary(&r)?;
-        let new_run_id = session.run_id(&new, PORT)?;
-        // The writer has written to the new primary since.
-        session.writes_accepted(5).await?;
-        let (writes, _) = session.writes()?;
-        let first = writer::first_accepted_after(&writes, killed_at, &[old_run_id.as_str()])
-            .ok_or_else(|| other("no write accepted after the kill"))?;
-        let w = writer::failover(&writes, killed_at, &old_run_id, &new_run_id)
-            .ok_or_else(|| other("no write accepted by the new primary"))?;
         f.accepted_elsewhere += w.accepted_elsewhere;
         f.to_new_primary_s.push(w.to_new_primary_s);
         f.client_gap_s.push(w.client_gap_s);
-        progress(&format!(
-            "failover {}/{runs}: {old} -> {new}: first write accepted {:.2} s after the kill (by {}), client gap {:.2} s",
-            run + 1,
-            w.to_new_primary_s,
-            if first.run_id.as_deref() == Some(new_run_id.as_str()) {
-                "the new primary"
-            } else {
-                "another server first"
-            },
-            w.client_gap_s,
-        ));
-        if w.to_new_primary_s > SLOW_FAILOVER_S {
-            progress(&format!(
-                "failover {}/{runs} was slow; the writer's attempts from the kill: {}",
-                run + 1,
-                writer::timeline(&writes, killed_at, killed_at + w.to_new_primary_s).join(", ")
-            ));
-        }
-        // The killed container would be killed again two runs later, and
-        // the kubelet's crash-loop back-off (10 s, 20 s, ... 5 min) would
-        // grow over the runs: its Pod is replaced, so that every run kills a
-        // container that has not crashed before.
-        session
-            .api::<Pod>()
-            .delete(&old, &DeleteParams::default())
-            .await?;
     }
     f.writes = wind_up(session, &host, watch).await?;
     f.load.1 = load_average();
     delete_redis(session, name).await?;
     Ok(f)
+}
+
+/// One kill -9 of the primary of `name` (`n` members, settled) under the
+/// writer of client Pod `client`: waits for the new primary and its first
+/// accepted write, then deletes the killed Pod (its container would be
+/// killed again a few runs later, and the kubelet's crash-loop back-off,
+/// 10 s, 20 s, ... 5 min, would grow over the runs: every run kills a
+/// container that has not crashed before). `label` names the run in the
+/// progress lines.
+pub(crate) async fn kill_primary(
+    session: &Session,
+    name: &str,
+    n: i32,
+    client: &str,
+    label: &str,
+) -> Result<writer::Failover, crate::Error> {
+    let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
+    let old = primary(&r)?;
+    let old_run_id = session.run_id(&old, PORT)?;
+    session.writes_accepted_in(client, 10).await?;
+    let killed_at = session.kill_9(&old).await?;
+    let redis = session.api::<podkeeper::api::Redis>();
+    session::wait("a new primary", STEP_TIMEOUT, || async {
+        let r = redis.get(name).await.ok()?;
+        (r.primary_pod()? != old).then_some(())
+    })
+    .await?;
+    let (r, _) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
+    let new = primary(&r)?;
+    let new_run_id = session.run_id(&new, PORT)?;
+    // The writer has written to the new primary since.
+    session.writes_accepted_in(client, 5).await?;
+    let (writes, _) = session.writes_in(client)?;
+    let first = writer::first_accepted_after(&writes, killed_at, &[old_run_id.as_str()])
+        .ok_or_else(|| other("no write accepted after the kill"))?;
+    let w = writer::failover(&writes, killed_at, &old_run_id, &new_run_id)
+        .ok_or_else(|| other("no write accepted by the new primary"))?;
+    progress(&format!(
+        "{label}: {old} -> {new}: first write accepted {:.2} s after the kill (by {}), client gap {:.2} s",
+        w.to_new_primary_s,
+        if first.run_id.as_deref() == Some(new_run_id.as_str()) {
+            "the new primary"
+        } else {
+            "another server first"
+        },
+        w.client_gap_s,
+    ));
+    if w.to_new_primary_s > SLOW_FAILOVER_S {
+        progress(&format!(
+            "{label} was slow; the writer's attempts from the kill: {}",
+            writer::timeline(&writes, killed_at, killed_at + w.to_new_primary_s).join(", ")
+        ));
+    }
+    session
+        .api::<Pod>()
+        .delete(&old, &DeleteParams::default())
+        .await?;
+    Ok(w)
 }
 
 /// `runs` image changes, cycling through the tags of our Redis image.
@@ -627,6 +668,7 @@ pub fn markdown(r: &Report) -> String {
         &r.operator_cutoffs,
         false,
     );
+    fleet_markdown(&mut s, &r.fleet);
     if r.client_restarts > 0 {
         let _ = writeln!(
             s,
@@ -725,6 +767,46 @@ fn count_p(xs: &[f64]) -> String {
     } else {
         format!("{} ({} runs)", fmt_p(&percentiles(xs)), xs.len())
     }
+}
+
+fn fleet_markdown(s: &mut String, f: &fleet::Fleet) {
+    if f.baseline_s.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### A failover while another node is cut off ({} Redis, {} redis-server Pods; {} runs)\n\nEach run kills the probe Redis's primary twice: with every node up, and while {} (none of the probe's members) is cut off the network, once the operator shows it noticed (Redis objects with a member there: {:?}). Load averages (1/5/15 min): {} at the start, {} at the end.\n",
+        f.redis,
+        f.pods,
+        f.baseline_s.len(),
+        f.cut_node,
+        f.affected,
+        f.load.0,
+        f.load.1
+    );
+    let _ = writeln!(
+        s,
+        "| kill -9 to the first write on the new primary | p50 / p99 / max (s) |\n|---|---|"
+    );
+    let _ = writeln!(
+        s,
+        "| every node up | {} |",
+        fmt_p(&percentiles(&f.baseline_s))
+    );
+    let _ = writeln!(
+        s,
+        "| a node cut off | {} |\n",
+        fmt_p(&percentiles(&f.during_cut_s))
+    );
+    let _ = writeln!(
+        s,
+        "Acknowledged writes (WAIT 1) lost: {} of {}. Two primaries: {} seen by the client, {} at {} Pod and Redis events.\n",
+        f.writes.acknowledged_lost,
+        f.writes.acknowledged,
+        f.writes.client_overlaps,
+        f.writes.watch_violations.len(),
+        f.writes.watch_events
+    );
 }
 
 fn partition_markdown(s: &mut String, title: &str, p: &partition::Partitions, node_cut: bool) {

@@ -91,7 +91,7 @@ impl Arrangement {
         Ok(())
     }
 
-    fn kubectl(&self, args: &[&str]) -> Result<String, crate::Error> {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> Result<String, crate::Error> {
         checked(
             "kubectl",
             args,
@@ -871,28 +871,8 @@ async fn series(
     let (events, violations) = endpoints.seen();
     out.endpoint_events = events;
     out.endpoint_violations = violations;
-    out.writes = wind_up_in(session, SERVICE_CLIENT, &host, watch).await?;
+    out.writes = super::wind_up_in(session, SERVICE_CLIENT, &host, watch).await?;
     out.load.1 = load_average();
     super::delete_redis(session, name).await?;
     Ok(out)
-}
-
-async fn wind_up_in(
-    session: &Session,
-    pod: &str,
-    host: &str,
-    watch: InvariantWatch,
-) -> Result<UnderWrites, crate::Error> {
-    let writes = session.stop_writer_in(pod).await?;
-    let acked = writer::acknowledged(&writes, 1);
-    let seen = watch.seen();
-    Ok(UnderWrites {
-        acknowledged: acked.len(),
-        acknowledged_lost: session
-            .lost_keyed_from(SERVICE_CLIENT, "w", host, PORT, &acked)?
-            .len(),
-        client_overlaps: writer::overlapping_primaries(&writes).len(),
-        watch_events: seen.events,
-        watch_violations: seen.violations,
-    })
 }
