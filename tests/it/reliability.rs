@@ -347,14 +347,26 @@ impl Chaos {
         }
     }
 
-    fn pick(&mut self) -> String {
+    /// An object that is not deleted; `None` when every one is.
+    fn pick(&mut self) -> Option<String> {
         let all: Vec<&String> = self
             .redis
             .iter()
             .chain(&self.apps)
             .filter(|n| !self.deleted.contains(*n))
             .collect();
-        all[self.rng.random_range(0..all.len())].clone()
+        (!all.is_empty()).then(|| all[self.rng.random_range(0..all.len())].clone())
+    }
+
+    /// Creates a deleted object again, unless its predecessor is still
+    /// terminating.
+    async fn recreate_one(&mut self, env: &TestEnv) {
+        if let Some(name) = self.deleted.iter().next().cloned()
+            && self.create(env, &name).await
+        {
+            self.deleted.remove(&name);
+            *self.counts.entry("objects recreated").or_default() += 1;
+        }
     }
 
     async fn patch(&self, env: &TestEnv, name: &str, patch: Value) {
@@ -379,7 +391,12 @@ impl Chaos {
     /// One random fault; the Pods it deletes are told to `recorder`.
     async fn step(&mut self, env: &TestEnv, recorder: &Recorder) {
         let action = self.rng.random_range(0..100);
-        let name = self.pick();
+        let Some(name) = self.pick() else {
+            // Every object is deleted (a seed that deletes them all before
+            // one could be made again): bring one back instead.
+            self.recreate_one(env).await;
+            return;
+        };
         let redis = name.starts_with("redis");
         match action {
             0..40 => {
@@ -428,14 +445,7 @@ impl Chaos {
                 self.deleted.insert(name);
                 *self.counts.entry("objects deleted").or_default() += 1;
             }
-            _ => {
-                if let Some(name) = self.deleted.iter().next().cloned()
-                    && self.create(env, &name).await
-                {
-                    self.deleted.remove(&name);
-                    *self.counts.entry("objects recreated").or_default() += 1;
-                }
-            }
+            _ => self.recreate_one(env).await,
         }
     }
 
