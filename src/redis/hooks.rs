@@ -555,7 +555,7 @@ impl Extras<Redis> for ReplicationExtras {
             .map(|c| c.reason.as_str());
         if matches!(
             condition.1,
-            "OperatorCutOff" | "AheadMemberSilent" | "ReplicaSilent"
+            act::OPERATOR_CUT_OFF | "AheadMemberSilent" | "ReplicaSilent"
         ) && before != Some(condition.1)
         {
             ctx.executor

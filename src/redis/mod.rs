@@ -532,6 +532,25 @@ mod tests {
         assert_eq!(s.primary.unwrap().pod, "a");
         let repl = conditions::find(&s.conditions, "Replicated").unwrap();
         assert_eq!(repl.status, "True");
+        // The operator cut off from a primary its replicas still hear
+        // from cannot tell: Unknown, not False.
+        let cut_off = Replication {
+            condition: Some((
+                false,
+                "OperatorCutOff",
+                "a does not answer the operator".into(),
+            )),
+            ..done.clone()
+        };
+        let s = desired_status(&r, &report(&p, None, &cut_off, now));
+        for type_ in ["Ready", "Replicated"] {
+            let c = conditions::find(&s.conditions, type_).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("Unknown", "OperatorCutOff"),
+                "{type_}"
+            );
+        }
     }
 
     #[test]

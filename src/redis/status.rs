@@ -8,6 +8,7 @@ use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
 use crate::redis::pod::selector_string;
+use crate::redis::replication::act::OPERATOR_CUT_OFF;
 use crate::redis::simulated;
 use crate::runtime::conditions::{self, Cond, truth};
 
@@ -25,6 +26,15 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
             status: "False",
             reason: "InvalidSpec",
             message: message.to_string(),
+        },
+        // Cut off from the primary while its replicas still hear from it,
+        // the operator cannot tell whether the set serves: Unknown, not
+        // False (clients that reach the primary go on writing).
+        (None, Some((_, reason @ OPERATOR_CUT_OFF, message))) => Cond {
+            type_: REPLICATED_CONDITION,
+            status: "Unknown",
+            reason,
+            message: message.clone(),
         },
         (None, Some((ok, reason, message))) => Cond {
             type_: REPLICATED_CONDITION,
@@ -44,11 +54,18 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
     // and the Services that clients use are there as wanted.
     let serving = replicas == 0 || replicated.status == "True";
     let services = repl.services_pending.is_empty();
+    let unknown = all_ready && services && replicated.status == "Unknown";
     let ready = Cond {
         type_: "Ready",
-        status: truth(all_ready && serving && services),
+        status: if unknown {
+            "Unknown"
+        } else {
+            truth(all_ready && serving && services)
+        },
         reason: if !all_ready {
             "ReplicasNotReady"
+        } else if unknown {
+            replicated.reason
         } else if !serving && replicated.reason == simulated::REASON {
             simulated::REASON
         } else if !serving {

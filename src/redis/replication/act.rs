@@ -469,6 +469,10 @@ pub fn member_statuses(members: &[Member]) -> Vec<MemberStatus> {
     out
 }
 
+/// The reason of the `Replicated` condition while the operator is the one
+/// cut off from the primary: the status says `Unknown`.
+pub const OPERATOR_CUT_OFF: &str = "OperatorCutOff";
+
 /// The `Replicated` condition: status, reason, message.
 pub fn replicated_condition(
     plan: &Plan,
@@ -517,7 +521,7 @@ pub fn replicated_condition(
         ),
         Some(Waiting::OperatorCutOff { pod, witness }) => (
             false,
-            "OperatorCutOff",
+            OPERATOR_CUT_OFF,
             format!(
                 "{pod} does not answer the operator, but {witness} is linked to it and hears from it: the operator is the one cut off, so no failover"
             ),
