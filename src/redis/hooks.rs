@@ -459,6 +459,7 @@ impl Extras<Redis> for ReplicationExtras {
             {
                 Ok(None) => Ok(()),
                 Ok(Some(_)) => Err("the status changed since it was read".to_string()),
+                Err(Error::Kube(e)) => Err(api_message(&e)),
                 Err(e) => Err(e.to_string()),
             }
         };

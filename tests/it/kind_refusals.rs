@@ -203,6 +203,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
     })
     .await
     .unwrap();
+    eprintln!("while refused: {refused:?}");
     assert!(
         refused[0].1.contains("could not be recorded"),
         "{refused:?}"
@@ -327,18 +328,18 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
         .map(|(instance, _)| instance)
         .collect();
     crate::kind_under_writes::kill_operator();
-    bench_session::wait(
+    let next = bench_session::wait(
         "the next leader's RoleLabelNotMoved Event",
         STEP,
         || async {
             events(&env, name, "RoleLabelNotMoved")
-                .iter()
-                .any(|(instance, _)| !before.contains(instance))
-                .then_some(())
+                .into_iter()
+                .find(|(instance, _)| !before.contains(instance))
         },
     )
     .await
     .unwrap();
+    eprintln!("RoleLabelNotMoved from {before:?}, then from the next leader: {next:?}");
     // The next leader has run rounds from the record: the promoted member
     // is still the primary, recorded and in fact, and the old one (its
     // container restarted, empty) is not.
