@@ -376,7 +376,7 @@ pub(crate) async fn kill_primary(
     ));
     if w.to_new_primary_s > SLOW_FAILOVER_S {
         progress(&format!(
-            "{label} was slow; the writer's attempts from the kill: {}",
+            "{label} was slow; the writer's attempts from the kill (at {killed_at:.3} s since the epoch): {}",
             writer::timeline(&writes, killed_at, killed_at + w.to_new_primary_s).join(", ")
         ));
     }
