@@ -20,23 +20,12 @@ use podkeeper::api::Redis;
 use podkeeper::api::names::ROLE_LABEL;
 use podkeeper_dev::bench::redis as bench;
 use podkeeper_dev::bench::redis::session::{self as bench_session, InvariantWatch, Session};
-use podkeeper_dev::kind::versions::REDIS_IMAGE;
 
-use crate::harness::{TestEnv, cluster, kubectl};
+use crate::harness::{TestEnv, kubectl};
+use crate::kind_under_writes::session;
 
 const PORT: u16 = 6379;
 const STEP: Duration = Duration::from_secs(300);
-
-async fn session(env: &TestEnv) -> Session {
-    Session::within(
-        env.client.clone(),
-        &cluster().kubeconfig_path,
-        &env.namespace,
-        REDIS_IMAGE,
-    )
-    .await
-    .expect("the client Pod")
-}
 
 /// A ValidatingAdmissionPolicy and its binding that deny, in one
 /// namespace, the updates `rules` match for which `allowed` (CEL) is

@@ -23,7 +23,8 @@ use crate::harness::{TestEnv, cluster, hold_deployed_operator};
 const PORT: u16 = 6379;
 const OPERATOR_NS: &str = "podkeeper-system";
 
-async fn session(env: &TestEnv) -> Session {
+/// The bench's session (client Pod and all) in the test's namespace.
+pub(crate) async fn session(env: &TestEnv) -> Session {
     Session::within(
         env.client.clone(),
         &cluster().kubeconfig_path,
