@@ -134,12 +134,50 @@ fn events(env: &TestEnv, name: &str, reason: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `ROLE` as the member's redis-server reports it: `master`, `slave`, or
-/// `-` when it does not answer (a container restarting).
-fn role(s: &Session, pod: &str) -> String {
-    s.redis_cli(pod, PORT, "role")
-        .map(|out| out.lines().next().unwrap_or("-").trim().to_string())
-        .unwrap_or_else(|_| "-".into())
+/// `ROLE` as the member's redis-server reports it (`master` or `slave`),
+/// once it answers: a container restarting or a loaded node's slow `exec`
+/// is waited out, not read as an answer.
+async fn role(s: &Session, pod: &str) -> String {
+    bench_session::wait(&format!("{pod}'s ROLE"), STEP, || async {
+        let out = s.redis_cli(pod, PORT, "role").ok()?;
+        Some(out.lines().next()?.trim().to_string()).filter(|r| !r.is_empty())
+    })
+    .await
+    .unwrap()
+}
+
+/// A Redis of 3 under the session's writer, settled, with the watch of
+/// its invariants running.
+struct UnderWrites {
+    s: Session,
+    host: String,
+    watch: InvariantWatch,
+    redis: Api<Redis>,
+    members: Vec<Pod>,
+    /// The primary before the fault, and its redis-server's run_id.
+    old: String,
+    old_run_id: String,
+}
+
+async fn under_writes(env: &TestEnv, name: &str) -> UnderWrites {
+    let s = session(env).await;
+    let host = bench::start(&s, name, 3, 1)
+        .await
+        .expect("a Redis of 3 under writes");
+    let watch = InvariantWatch::start(&s, name);
+    let redis: Api<Redis> = s.api();
+    let (r, members) = s.settled(name, 3, STEP).await.unwrap();
+    let old = bench::primary(&r).unwrap();
+    let old_run_id = s.run_id(&old, PORT).unwrap();
+    UnderWrites {
+        s,
+        host,
+        watch,
+        redis,
+        members,
+        old,
+        old_run_id,
+    }
 }
 
 fn role_label(p: &Pod) -> Option<&str> {
@@ -154,16 +192,16 @@ fn role_label(p: &Pod) -> Option<&str> {
 #[tokio::test]
 async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can() {
     let env = TestEnv::new("kind-no-record").await;
-    let s = session(&env).await;
     let name = "norecord";
-    let host = bench::start(&s, name, 3, 1)
-        .await
-        .expect("a Redis of 3 under writes");
-    let watch = InvariantWatch::start(&s, name);
-    let redis: Api<Redis> = s.api();
-    let (r, members) = s.settled(name, 3, STEP).await.unwrap();
-    let old = bench::primary(&r).unwrap();
-    let old_run_id = s.run_id(&old, PORT).unwrap();
+    let UnderWrites {
+        s,
+        host,
+        watch,
+        redis,
+        members,
+        old,
+        old_run_id,
+    } = under_writes(&env, name).await;
 
     let refusal = Refusal::apply(
         &env,
@@ -200,7 +238,11 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
     // Rounds went by: the Event repeats (its count grows) or the old
     // primary's container is back; either way nobody is a primary.
     for pod in members.iter().map(|p| p.name_any()) {
-        assert_ne!(role(&s, &pod), "master", "{pod} is a primary, unrecorded");
+        assert_ne!(
+            role(&s, &pod).await,
+            "master",
+            "{pod} is a primary, unrecorded"
+        );
     }
     assert_eq!(
         redis.get(name).await.unwrap().primary_pod(),
@@ -227,7 +269,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
     .await
     .unwrap();
     s.settled(name, 3, STEP).await.unwrap();
-    assert_eq!(role(&s, &new), "master");
+    assert_eq!(role(&s, &new).await, "master");
     s.writes_accepted(5).await.unwrap();
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     eprintln!("no record, then a failover: {w:?}");
@@ -248,16 +290,17 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
 #[tokio::test]
 async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_new_leader() {
     let env = TestEnv::new("kind-no-label").await;
-    let s = session(&env).await;
     let name = "nolabel";
-    let host = bench::start(&s, name, 3, 1)
-        .await
-        .expect("a Redis of 3 under writes");
-    let watch = InvariantWatch::start(&s, name);
-    let redis: Api<Redis> = s.api();
+    let UnderWrites {
+        s,
+        host,
+        watch,
+        redis,
+        members,
+        old,
+        ..
+    } = under_writes(&env, name).await;
     let pods: Api<Pod> = s.api();
-    let (r, members) = s.settled(name, 3, STEP).await.unwrap();
-    let old = bench::primary(&r).unwrap();
     let replica = members
         .iter()
         .map(|p| p.name_any())
@@ -300,7 +343,7 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
     .await
     .unwrap();
     bench_session::wait("the new primary promoted", STEP, || async {
-        (role(&s, &new) == "master").then_some(())
+        (role(&s, &new).await == "master").then_some(())
     })
     .await
     .unwrap();
@@ -334,8 +377,8 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
     // container restarted, empty) is not.
     let r = redis.get(name).await.unwrap();
     assert_eq!(r.primary_pod(), Some(new.as_str()));
-    assert_eq!(role(&s, &new), "master");
-    assert_ne!(role(&s, &old), "master");
+    assert_eq!(role(&s, &new).await, "master");
+    assert_ne!(role(&s, &old).await, "master");
     let (ok, out, _) = kubectl(&[
         "get",
         "pods",
