@@ -148,7 +148,7 @@ async fn role(s: &Session, pod: &str) -> String {
 
 /// A Redis of 3 under the session's writer, settled, with the watch of
 /// its invariants running.
-struct UnderWrites {
+struct Started {
     s: Session,
     host: String,
     watch: InvariantWatch,
@@ -159,7 +159,7 @@ struct UnderWrites {
     old_run_id: String,
 }
 
-async fn under_writes(env: &TestEnv, name: &str) -> UnderWrites {
+async fn under_writes(env: &TestEnv, name: &str) -> Started {
     let s = session(env).await;
     let host = bench::start(&s, name, 3, 1)
         .await
@@ -169,7 +169,7 @@ async fn under_writes(env: &TestEnv, name: &str) -> UnderWrites {
     let (r, members) = s.settled(name, 3, STEP).await.unwrap();
     let old = bench::primary(&r).unwrap();
     let old_run_id = s.run_id(&old, PORT).unwrap();
-    UnderWrites {
+    Started {
         s,
         host,
         watch,
@@ -178,6 +178,15 @@ async fn under_writes(env: &TestEnv, name: &str) -> UnderWrites {
         old,
         old_run_id,
     }
+}
+
+/// What the writer and the watch saw over a whole test: writes were
+/// acknowledged, none of them lost, never two primaries.
+fn assert_nothing_lost(w: &bench::UnderWrites) {
+    assert!(w.acknowledged > 0);
+    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
+    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
+    assert_eq!(w.watch_violations, Vec::<String>::new(), "two primaries");
 }
 
 fn role_label(p: &Pod) -> Option<&str> {
@@ -193,7 +202,7 @@ fn role_label(p: &Pod) -> Option<&str> {
 async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can() {
     let env = TestEnv::new("kind-no-record").await;
     let name = "norecord";
-    let UnderWrites {
+    let Started {
         s,
         host,
         watch,
@@ -273,10 +282,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
     s.writes_accepted(5).await.unwrap();
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     eprintln!("no record, then a failover: {w:?}");
-    assert!(w.acknowledged > 0);
-    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(w.watch_violations, Vec::<String>::new(), "two primaries");
+    assert_nothing_lost(&w);
 }
 
 /// The API server refuses every change of a Pod's role label while the
@@ -291,7 +297,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
 async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_new_leader() {
     let env = TestEnv::new("kind-no-label").await;
     let name = "nolabel";
-    let UnderWrites {
+    let Started {
         s,
         host,
         watch,
@@ -417,8 +423,5 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
     );
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     eprintln!("labels refused, leader killed: {w:?}");
-    assert!(w.acknowledged > 0);
-    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(w.watch_violations, Vec::<String>::new(), "two primaries");
+    assert_nothing_lost(&w);
 }
