@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
 use podkeeper::api::names::ROLE_LABEL;
@@ -29,10 +29,9 @@ const STEP: Duration = Duration::from_secs(300);
 
 /// A ValidatingAdmissionPolicy and its binding that deny, in one
 /// namespace, the updates `rules` match for which `allowed` (CEL) is
-/// false. Removed by [`Refusal::lift`].
+/// false. Removed by [`Refusal::lift`], or when dropped.
 struct Refusal {
     name: String,
-    client: kube::Client,
 }
 
 impl Refusal {
@@ -69,22 +68,29 @@ impl Refusal {
             .create(&PostParams::default(), &binding)
             .await
             .expect("its binding");
-        Refusal {
-            name,
-            client: env.client.clone(),
-        }
+        Refusal { name }
     }
 
-    async fn lift(self) {
-        let dp = DeleteParams::default();
-        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
-            .delete(&self.name, &dp)
-            .await
-            .expect("the binding removed");
-        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
-            .delete(&self.name, &dp)
-            .await
-            .expect("the policy removed");
+    /// Removes the policy and its binding (also when a test fails first:
+    /// they are cluster-scoped and would outlive its namespace).
+    fn lift(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Refusal {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let (ok, _, err) = kubectl(&["delete", kind, &self.name, "--ignore-not-found"]);
+            assert!(
+                ok || std::thread::panicking(),
+                "removing {kind} {}: {err}",
+                self.name
+            );
+        }
     }
 }
 
@@ -270,7 +276,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
         "writes accepted while no promotion could be recorded: {accepted:?}"
     );
 
-    refusal.lift().await;
+    refusal.lift();
     let new = bench_session::wait("a new primary", STEP, || async {
         let r = redis.get(name).await.ok()?;
         r.primary_pod().filter(|p| *p != old).map(str::to_string)
@@ -402,7 +408,7 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
         "only the old Pod is labelled primary"
     );
 
-    refusal.lift().await;
+    refusal.lift();
     bench_session::wait("the Service's label on the new primary", STEP, || async {
         let p = pods.get(&new).await.ok()?;
         (role_label(&p) == Some("primary")).then_some(())
