@@ -28,6 +28,11 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// The label on every Pod that says its role: `primary` or `replica`.
 pub const ROLE_LABEL: &str = "podkeeper.dev/role";
 
+/// The label on every Pod podkeeper creates that carries the Pod's own
+/// name, so that a Service can select exactly one Pod: a Redis's `<name>`
+/// Service selects its primary by it.
+pub const POD_NAME_LABEL: &str = "podkeeper.dev/pod-name";
+
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 

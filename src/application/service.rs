@@ -90,11 +90,12 @@ impl Extras<Application> for ServiceExtras {
             (true, live) => {
                 // Applied beside the reconcile (see [`crate::runtime::service_applier`]); the
                 // status shows the Service as the cache has it.
-                let changes = self
-                    .applier
-                    .changes(owner, app.metadata.generation, &owned, || {
-                        desired_service(app, owner).into_iter().collect()
-                    });
+                let changes = self.applier.changes(
+                    owner,
+                    app.metadata.generation.map(|g| g.to_string()),
+                    &owned,
+                    || desired_service(app, owner).into_iter().collect(),
+                );
                 let failure = self.applier.step(owner, changes);
                 let network = match live {
                     Some(live) => live.status.clone(),

@@ -149,6 +149,10 @@ impl Executor {
         let mut metadata = template.metadata.clone().unwrap_or_default();
         metadata.name = Some(name.clone());
         metadata.generate_name = None;
+        metadata
+            .labels
+            .get_or_insert_default()
+            .insert(crate::api::names::POD_NAME_LABEL.into(), name.clone());
         metadata.namespace = Some(owner.namespace.clone());
         metadata.owner_references = Some(vec![owner.reference.clone()]);
         let pod = Pod {

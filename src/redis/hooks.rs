@@ -20,7 +20,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
-use crate::api::names::{FIELD_MANAGER, ROLE_LABEL};
+use crate::api::names::{FIELD_MANAGER, POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::{MemberStatus, PrimaryStatus, REPLICATED_CONDITION};
 use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
@@ -187,8 +187,10 @@ fn container_stopped(p: &Pod) -> bool {
             .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
 }
 
-/// The role label changes to make, demotions first, so that the primary
-/// Service never selects two Pods because of us. Pure.
+/// The label changes to make, demotions first (no two Pods labelled
+/// primary because of us): each Pod's role, and its name label for Pods
+/// made before podkeeper set one at creation (the `<name>` Service selects
+/// the primary by it). Pure.
 pub fn label_changes(pods: &[Arc<Pod>], primary: Option<&str>) -> Vec<(String, &'static str)> {
     let mut changes: Vec<(String, &'static str)> = pods
         .iter()
@@ -201,7 +203,8 @@ pub fn label_changes(pods: &[Arc<Pod>], primary: Option<&str>) -> Vec<(String, &
                 "replica"
             };
             let have = p.labels().get(ROLE_LABEL).map(String::as_str);
-            (have != Some(want)).then_some((name, want))
+            let named = p.labels().get(POD_NAME_LABEL) == Some(&name);
+            (have != Some(want) || !named).then_some((name, want))
         })
         .collect();
     changes.sort_by_key(|(name, role)| (*role == "primary", name.clone()));
@@ -359,7 +362,7 @@ async fn move_labels(ctx: &Context, owner: &Owner, pods: &[Arc<Pod>], primary: O
         if role == "primary" && demotion_refused {
             continue;
         }
-        let patch = crate::redis::replication::objects::role_label_patch(role);
+        let patch = crate::redis::replication::objects::member_labels_patch(&pod, role);
         if let Err(e) = api
             .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -600,11 +603,14 @@ impl Extras<Redis> for ReplicationExtras {
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`crate::runtime::service_applier`]).
         let owned = owned_named(self.applier.services(), owner, &service_names(redis));
-        let changes = self
-            .applier
-            .changes(owner, redis.metadata.generation, &owned, || {
-                desired_services(redis, owner)
-            });
+        let primary = steer.primary.as_ref().map(|p| p.pod.as_str());
+        let inputs = redis
+            .metadata
+            .generation
+            .map(|g| format!("{g}/{}", primary.unwrap_or_default()));
+        let changes = self.applier.changes(owner, inputs, &owned, || {
+            desired_services(redis, owner, primary)
+        });
         steer.services_pending = changes.iter().map(|c| c.want.name_any()).collect();
         let failure = self.applier.step(owner, changes);
         (steer, failure)
@@ -642,7 +648,12 @@ mod tests {
         Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: role.map(|r| [(ROLE_LABEL.to_string(), r.to_string())].into()),
+                labels: Some(
+                    role.map(|r| (ROLE_LABEL.to_string(), r.to_string()))
+                        .into_iter()
+                        .chain([(POD_NAME_LABEL.to_string(), name.to_string())])
+                        .collect(),
+                ),
                 ..Default::default()
             },
             spec: None,
@@ -672,6 +683,13 @@ mod tests {
         assert_eq!(
             label_changes(&pods, None),
             [("a".to_string(), "replica"), ("b".to_string(), "replica")]
+        );
+        // A Pod made before Pods carried their name gets it, role unchanged.
+        let mut unnamed = (*pod("d", Some("replica"), None)).clone();
+        unnamed.labels_mut().remove(POD_NAME_LABEL);
+        assert_eq!(
+            label_changes(&[Arc::new(unnamed)], Some("a")),
+            [("d".to_string(), "replica")]
         );
     }
 

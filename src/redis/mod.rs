@@ -91,7 +91,7 @@ mod tests {
     use kube::ResourceExt;
 
     use crate::api::names::INSTANCE_LABEL;
-    use crate::api::names::{MANAGED_BY_LABEL, ROLE_LABEL};
+    use crate::api::names::{MANAGED_BY_LABEL, POD_NAME_LABEL, ROLE_LABEL};
 
     use crate::api::Redis;
     use crate::podset::ObservedPod;
@@ -364,34 +364,52 @@ mod tests {
     }
 
     #[test]
-    fn services_select_the_primary_and_the_replicas_on_the_spec_port() {
+    fn services_select_the_primary_by_name_and_the_replicas_by_role_on_the_spec_port() {
         let mut r = redis(7000, "redis:7");
         r.metadata.uid = Some("uid-cache".into());
         let owner = Owner::of(&r, "Redis");
-        let services = desired_services(&r, &owner);
-        let got: Vec<(String, String, i32)> = services
-            .iter()
-            .map(|s| {
-                let spec = s.spec.as_ref().unwrap();
-                (
-                    s.name_any(),
-                    spec.selector.as_ref().unwrap()[ROLE_LABEL].clone(),
-                    spec.ports.as_ref().unwrap()[0].port,
-                )
-            })
-            .collect();
+        let selected = |primary: Option<&str>| -> Vec<(String, String, i32)> {
+            desired_services(&r, &owner, primary)
+                .iter()
+                .map(|s| {
+                    let spec = s.spec.as_ref().unwrap();
+                    let sel = spec.selector.as_ref().unwrap();
+                    assert_eq!(sel[INSTANCE_LABEL], "cache");
+                    assert_eq!(s.owner_references()[0].uid, "uid-cache");
+                    let only: Vec<String> = sel
+                        .iter()
+                        .filter(|(k, _)| [ROLE_LABEL, POD_NAME_LABEL].contains(&k.as_str()))
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    (
+                        s.name_any(),
+                        only.join(","),
+                        spec.ports.as_ref().unwrap()[0].port,
+                    )
+                })
+                .collect()
+        };
+        // One Pod, by its name: moving the primary is one write.
         assert_eq!(
-            got,
+            selected(Some("cache-x1")),
             [
-                ("cache".to_string(), "primary".to_string(), 7000),
-                ("cache-replicas".to_string(), "replica".to_string(), 7000)
+                (
+                    "cache".into(),
+                    "podkeeper.dev/pod-name=cache-x1".into(),
+                    7000
+                ),
+                (
+                    "cache-replicas".into(),
+                    "podkeeper.dev/role=replica".into(),
+                    7000
+                )
             ]
         );
-        for s in &services {
-            let sel = s.spec.as_ref().unwrap().selector.as_ref().unwrap();
-            assert_eq!(sel[INSTANCE_LABEL], "cache");
-            assert_eq!(s.owner_references()[0].uid, "uid-cache");
-        }
+        // No primary known: the role label, which no Pod carries then.
+        assert_eq!(
+            selected(None)[0],
+            ("cache".into(), "podkeeper.dev/role=primary".into(), 7000)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
-use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
+use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::{primary_service_name, replicas_service_name};
 use crate::redis::pod::selector_labels;
 use crate::runtime::owner::Owner;
@@ -22,14 +22,27 @@ pub fn service_names(redis: &Redis) -> [String; 2] {
 /// The two Services of a Redis: `<name>` selects the primary (read-write),
 /// `<name>-replicas` the replicas (read-only; Services send traffic to
 /// ready Pods only). Owned by the Redis. Pure.
-pub fn desired_services(redis: &Redis, owner: &Owner) -> Vec<Service> {
+///
+/// `<name>` selects the primary Pod by its name (`primary`, the member the
+/// operator last made or found primary), not by the role label: moving the
+/// primary is then one write (this selector), which the endpoint
+/// controllers and kube-proxy take up as one change, the old Pod out and
+/// the new one in. Moving it by role labels takes two writes (the old
+/// Pod's label, then the new one's), and kube-proxy, which syncs at most
+/// once a second, can apply the first alone: a second with no endpoint, in
+/// which new connections are refused or lost. With no primary known it
+/// selects by the role label (no Pod carries `primary` then).
+pub fn desired_services(redis: &Redis, owner: &Owner, primary: Option<&str>) -> Vec<Service> {
     let name = redis.name_any();
     service_names(redis)
         .into_iter()
         .zip(["primary", "replica"])
         .map(|(service, role)| {
             let mut selector = selector_labels(&name);
-            selector.insert(ROLE_LABEL.into(), role.into());
+            match primary.filter(|_| role == "primary") {
+                Some(pod) => selector.insert(POD_NAME_LABEL.into(), pod.into()),
+                None => selector.insert(ROLE_LABEL.into(), role.into()),
+            };
             Service {
                 metadata: ObjectMeta {
                     name: Some(service),

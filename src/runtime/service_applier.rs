@@ -83,16 +83,17 @@ pub fn changes(wanted: Vec<Service>, owned: &[Arc<Service>]) -> Vec<Change> {
 }
 
 /// [`changes`], unless `in_sync` shows that nothing it depends on moved
-/// since it last found none: the owner's `generation` and the
-/// resourceVersions of its Services (`owned`). Records the answer. Pure.
+/// since it last found none: what the owner's wanted Services are built
+/// from (`inputs`) and the resourceVersions of its Services (`owned`).
+/// Records the answer. Pure.
 fn changes_since(
     in_sync: &mut HashMap<String, InSync>,
     uid: &str,
-    generation: Option<i64>,
+    inputs: Option<String>,
     owned: &[Arc<Service>],
     wanted: impl FnOnce() -> Vec<Service>,
 ) -> Vec<Change> {
-    let now = InSync::of(generation, owned);
+    let now = InSync::of(inputs, owned);
     if now.is_some() && in_sync.get(uid) == now.as_ref() {
         return Vec::new();
     }
@@ -206,22 +207,23 @@ pub struct ServiceApplier<K: Resource> {
     in_sync: Mutex<HashMap<String, InSync>>,
 }
 
-/// An owner's generation and the resourceVersions of its Services (name,
-/// resourceVersion) when the cache showed them all as wanted.
+/// What an owner's wanted Services were built from and the
+/// resourceVersions of its Services (name, resourceVersion) when the cache
+/// showed them all as wanted.
 #[derive(Debug, PartialEq)]
 struct InSync {
-    generation: i64,
+    inputs: String,
     services: Vec<(String, String)>,
 }
 
 impl InSync {
-    fn of(generation: Option<i64>, owned: &[Arc<Service>]) -> Option<Self> {
+    fn of(inputs: Option<String>, owned: &[Arc<Service>]) -> Option<Self> {
         let services = owned
             .iter()
             .map(|s| Some((s.name_any(), s.resource_version()?)))
             .collect::<Option<Vec<_>>>()?;
         Some(InSync {
-            generation: generation?,
+            inputs: inputs?,
             services,
         })
     }
@@ -251,27 +253,22 @@ where
 
     /// The Services of `wanted()` that the cache does not show as wanted
     /// ([`changes`]), `owned` being the owner's Services in the cache and
-    /// `generation` the owner's. What an owner wants depends on its spec
-    /// alone, so while its generation and its Services' resourceVersions
-    /// stay as they were when all were last found in sync, nothing is
+    /// `inputs` what `wanted` builds them from (the owner's generation, and
+    /// for a Redis its primary). While those and the Services'
+    /// resourceVersions stay as they were when all were last found in
+    /// sync, nothing is
     /// built or compared again: the benchmark's scale-down spent a
     /// twelfth of the operator's CPU rebuilding and diffing Services that
     /// had not changed, on every Pod event.
     pub fn changes(
         &self,
         owner: &Owner,
-        generation: Option<i64>,
+        inputs: Option<String>,
         owned: &[Arc<Service>],
         wanted: impl FnOnce() -> Vec<Service>,
     ) -> Vec<Change> {
         let mut in_sync = self.in_sync.lock().unwrap_or_else(|e| e.into_inner());
-        changes_since(
-            &mut in_sync,
-            &owner.reference.uid,
-            generation,
-            owned,
-            wanted,
-        )
+        changes_since(&mut in_sync, &owner.reference.uid, inputs, owned, wanted)
     }
 
     /// The Service cache.
@@ -472,18 +469,30 @@ mod tests {
         };
         let want = |port: i32| move || vec![change("r", port).want];
         let mut memo = HashMap::new();
+        let generation = |g: i64| Some(g.to_string());
         let names = |c: Vec<Change>| c.iter().map(Change::name).collect::<Vec<_>>();
         // In sync: nothing to apply, and remembered.
-        assert!(changes_since(&mut memo, "u", Some(1), &[live(6379, "5")], want(6379)).is_empty());
+        assert!(
+            changes_since(
+                &mut memo,
+                "u",
+                generation(1),
+                &[live(6379, "5")],
+                want(6379)
+            )
+            .is_empty()
+        );
         // Same generation, same Service: not built again.
         let unbuilt = || -> Vec<Service> { panic!("built again") };
-        assert!(changes_since(&mut memo, "u", Some(1), &[live(6379, "5")], unbuilt).is_empty());
+        assert!(
+            changes_since(&mut memo, "u", generation(1), &[live(6379, "5")], unbuilt).is_empty()
+        );
         // Someone edits the Service (a new resourceVersion): compared, and put right.
         assert_eq!(
             names(changes_since(
                 &mut memo,
                 "u",
-                Some(1),
+                generation(1),
                 &[live(7000, "6")],
                 want(6379)
             )),
@@ -491,16 +500,31 @@ mod tests {
         );
         // Deleted: compared, and put back.
         assert_eq!(
-            names(changes_since(&mut memo, "u", Some(1), &[], want(6379))),
+            names(changes_since(
+                &mut memo,
+                "u",
+                generation(1),
+                &[],
+                want(6379)
+            )),
             ["r"]
         );
-        assert!(changes_since(&mut memo, "u", Some(1), &[live(6379, "7")], want(6379)).is_empty());
+        assert!(
+            changes_since(
+                &mut memo,
+                "u",
+                generation(1),
+                &[live(6379, "7")],
+                want(6379)
+            )
+            .is_empty()
+        );
         // A new spec (generation): compared, and applied.
         assert_eq!(
             names(changes_since(
                 &mut memo,
                 "u",
-                Some(2),
+                generation(2),
                 &[live(6379, "7")],
                 want(6380)
             )),

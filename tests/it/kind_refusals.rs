@@ -292,15 +292,16 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
 }
 
 /// The API server refuses every change of a Pod's role label while the
-/// primary is killed: the operator records and promotes a replica, but
-/// the `<name>` Service cannot follow (a Warning Event says so, and no
-/// Pod is labelled primary beside the old one). The operator's leader is
-/// then killed: the new leader, starting from the record, keeps the
-/// promoted member as the primary and never turns the restarted old one
-/// back into one. Once the refusal is lifted the labels move, the Service
-/// follows, and nothing acknowledged is lost.
+/// primary is killed: the operator records and promotes a replica; the
+/// labels cannot follow (a Warning Event says so, and no Pod is labelled
+/// primary beside the old one), but the `<name>` Service, which selects
+/// the primary by its Pod's name, does: writes through it reach the new
+/// primary. The operator's leader is then killed: the new leader, starting
+/// from the record, keeps the promoted member as the primary and never
+/// turns the restarted old one back into one. Once the refusal is lifted
+/// the labels move, and nothing acknowledged is lost.
 #[tokio::test]
-async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_new_leader() {
+async fn role_labels_refused_leave_the_service_on_the_new_primary_across_a_new_leader() {
     let env = TestEnv::new("kind-no-label").await;
     let name = "nolabel";
     let Started {
@@ -365,6 +366,9 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
     .await
     .unwrap();
     assert_eq!(role_label(&pods.get(&new).await.unwrap()), Some("replica"));
+    let new_run_id = s.run_id(&new, PORT).unwrap();
+    s.writes_accepted(5).await.unwrap();
+    assert_last_write_on(&s, &new_run_id, "labels refused");
 
     // The leader dies while the Service still points at the old Pod.
     let before: Vec<String> = events(&env, name, "RoleLabelNotMoved")
@@ -417,17 +421,19 @@ async fn a_new_primary_the_service_cannot_follow_yet_stays_the_primary_across_a_
     .unwrap();
     s.settled(name, 3, STEP).await.unwrap();
     s.writes_accepted(5).await.unwrap();
-    let new_run_id = s.run_id(&new, PORT).unwrap();
-    let (writes, _) = s.writes().unwrap();
-    assert!(
-        writes
-            .iter()
-            .rev()
-            .find(|a| a.accepted)
-            .is_some_and(|a| a.run_id.as_deref() == Some(new_run_id.as_str())),
-        "the Service sends the writes to the new primary"
-    );
+    assert_last_write_on(&s, &new_run_id, "labels moved");
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     eprintln!("labels refused, leader killed: {w:?}");
     assert_nothing_lost(&w);
+}
+
+/// The writer's last accepted write went to the server that runs as
+/// `run_id`: the `<name>` Service sends writes there.
+fn assert_last_write_on(s: &Session, run_id: &str, when: &str) {
+    let (writes, _) = s.writes().unwrap();
+    let last = writes.iter().rev().find(|a| a.accepted);
+    assert!(
+        last.is_some_and(|a| a.run_id.as_deref() == Some(run_id)),
+        "{when}: the Service sends the writes to the new primary (last accepted: {last:?})"
+    );
 }

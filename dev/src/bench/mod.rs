@@ -1075,7 +1075,7 @@ mod tests {
         }
         let owner = podkeeper::runtime::owner::Owner::of(&redis, "Redis");
         assert_eq!(
-            podkeeper::redis::services::desired_services(&redis, &owner).len(),
+            podkeeper::redis::services::desired_services(&redis, &owner, None).len(),
             SERVICES_PER_OBJECT
         );
         assert_eq!(replicaset_services(7).len(), SERVICES_PER_OBJECT);

@@ -1,17 +1,17 @@
 //! The Kubernetes objects replication adds around the Pods, built from plain
-//! values (pure): the role label's patch, the password's environment
+//! values (pure): the member labels' patch, the password's environment
 //! variable and the readiness probe. (The two Services are built with the
 //! rest of the Redis's objects, in `controller::redis::services::desired_services`.)
 
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, SecretKeySelector};
 
-use crate::api::names::ROLE_LABEL;
+use crate::api::names::{POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::AuthSpec;
 use crate::redis::replication::config::PASSWORD_ENV;
 
-/// A merge patch that sets a Pod's role label.
-pub fn role_label_patch(role: &str) -> serde_json::Value {
-    serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role}}})
+/// A merge patch that sets a member Pod's role label and its name label.
+pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role, POD_NAME_LABEL: pod}}})
 }
 
 /// The shell command of the readiness probe: Ready means the member serves
@@ -79,10 +79,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_role_label_patch_sets_only_the_role() {
+    fn the_labels_patch_sets_only_the_role_and_the_name() {
         assert_eq!(
-            role_label_patch("primary"),
-            serde_json::json!({"metadata": {"labels": {"podkeeper.dev/role": "primary"}}})
+            member_labels_patch("cache-x1", "primary"),
+            serde_json::json!({"metadata": {"labels": {
+                "podkeeper.dev/role": "primary",
+                "podkeeper.dev/pod-name": "cache-x1",
+            }}})
         );
     }
 
