@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -35,7 +35,7 @@ use crate::runtime::events::EventType;
 use crate::runtime::failure::{Failure, api_message};
 use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
-use crate::runtime::services::{cleanup_services, owned_named, owned_services};
+use crate::runtime::services::{cleanup_services, owned_named, owned_services, service_in_sync};
 use crate::runtime::status::Pace;
 
 /// How often to look again while no member answers at all.
@@ -129,6 +129,40 @@ impl ReplicationExtras {
                 Route::PortForward(Box::new(Api::namespaced(client.clone(), namespace)))
             }
             None => Route::PodNetwork,
+        }
+    }
+
+    /// Points the `<name>` Service at a new primary at once, before the
+    /// role labels move. kube-proxy syncs at most once a second: the first
+    /// endpoint change after a quiet second goes out at once, the next a
+    /// second later. The label moves change `<name>-replicas`'s endpoints;
+    /// written first, they would hold the primary's switch back by that
+    /// second (seen on kind: promoted 0.18 s after a kill, the Service's
+    /// switch live 1.3 s after it). Only when the cache shows the Service
+    /// selecting another Pod; a refusal is left to the Service applier,
+    /// which applies the same Service after the round and reports it.
+    async fn point_primary_service(
+        &self,
+        redis: &Redis,
+        ctx: &Context,
+        owner: &Owner,
+        primary: Option<&str>,
+    ) {
+        let Some(pod) = primary else { return };
+        let Some(want) = desired_services(redis, owner, Some(pod)).into_iter().next() else {
+            return;
+        };
+        let name = want.name_any();
+        let live = owned_named(self.applier.services(), owner, std::slice::from_ref(&name));
+        // Not created yet: the applier creates it.
+        let Some(live) = live.first() else { return };
+        if service_in_sync(&want, live) {
+            return;
+        }
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(&want)).await {
+            tracing::warn!(service = %name, %pod, error = %e, "cannot point the Service at the primary");
         }
     }
 
@@ -542,6 +576,8 @@ impl Extras<Redis> for ReplicationExtras {
             tracing::debug!(%pod, error = %e, "member did not answer");
         }
 
+        self.point_primary_service(redis, ctx, owner, primary.as_deref())
+            .await;
         move_labels(ctx, owner, &pods, primary.as_deref()).await;
 
         let condition =
