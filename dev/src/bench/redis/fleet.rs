@@ -1,8 +1,8 @@
 //! Many Redis objects and one node cut off (issue 28, point 7): does a
 //! failover of one Redis wait for the rounds of the others?
 //!
-//! `count - 1` Redis objects of 2 members spread over the cluster's nodes,
-//! and a probe Redis of 3 kept off one worker (the worker is cordoned for
+//! `count - 1` Redis objects of `members` each (2 by default) spread over
+//! the cluster's nodes, and a probe Redis of 3 kept off one worker (the worker is cordoned for
 //! the whole series, so the probe's Pods, replaced after each kill, never
 //! land there). Each run kills the probe's primary (kill -9) twice under a
 //! client writing through its Service from the control plane's node: once
@@ -32,8 +32,6 @@ use crate::kind::versions::REDIS_IMAGE;
 const PROBE: &str = "probe";
 /// Its members.
 const PROBE_MEMBERS: i32 = 3;
-/// The members of every other Redis of the fleet.
-const FLEET_MEMBERS: i32 = 2;
 /// The client Pod that writes through the probe's Service (on the control
 /// plane's node, never cut).
 const CLIENT: &str = "fleet-client";
@@ -42,6 +40,8 @@ const CLIENT: &str = "fleet-client";
 pub struct Fleet {
     /// Redis objects, the probe included, and their redis-server Pods.
     pub redis: usize,
+    /// Members of each Redis but the probe.
+    pub members_each: i32,
     pub pods: usize,
     /// The worker that is cut off.
     pub cut_node: String,
@@ -88,9 +88,14 @@ impl Drop for Cordon<'_> {
 
 /// `count` Redis objects (the probe among them) and `runs` pairs of probe
 /// failovers, without and with a worker cut off.
-pub async fn fleet(session: &Session, count: usize, runs: usize) -> Result<Fleet, crate::Error> {
+pub async fn fleet(
+    session: &Session,
+    count: usize,
+    members: i32,
+    runs: usize,
+) -> Result<Fleet, crate::Error> {
     let arrangement = Arrangement::make(session).await?;
-    let result = series(session, &arrangement, count.max(2), runs).await;
+    let result = series(session, &arrangement, count.max(2), members.max(1), runs).await;
     drop(arrangement);
     result
 }
@@ -99,25 +104,25 @@ async fn series(
     session: &Session,
     a: &Arrangement,
     count: usize,
+    members: i32,
     runs: usize,
 ) -> Result<Fleet, crate::Error> {
     let cut_node = a.workers[0].clone();
     let mut out = Fleet {
         redis: count,
-        pods: (count - 1) * FLEET_MEMBERS as usize + PROBE_MEMBERS as usize,
+        members_each: members,
+        pods: (count - 1) * members as usize + PROBE_MEMBERS as usize,
         cut_node: cut_node.clone(),
         load: (load_average(), String::new()),
         ..Default::default()
     };
     let names: Vec<String> = (1..count).map(fleet_name).collect();
     for name in &names {
-        session
-            .create_redis(name, FLEET_MEMBERS, REDIS_IMAGE)
-            .await?;
+        session.create_redis(name, members, REDIS_IMAGE).await?;
     }
     for (i, name) in names.iter().enumerate() {
         session
-            .settled(name, FLEET_MEMBERS as usize, STEP_TIMEOUT)
+            .settled(name, members as usize, STEP_TIMEOUT)
             .await?;
         if (i + 1) % 10 == 0 {
             progress(&format!(
@@ -149,7 +154,7 @@ async fn series(
         out.pods
     ));
     for run in 0..runs {
-        all_settled(session, &names).await?;
+        all_settled(session, &names, members).await?;
         let w = kill_primary(
             session,
             PROBE,
@@ -160,7 +165,7 @@ async fn series(
         .await?;
         out.baseline_s.push(w.to_new_primary_s);
 
-        all_settled(session, &names).await?;
+        all_settled(session, &names, members).await?;
         session
             .settled(PROBE, PROBE_MEMBERS as usize, STEP_TIMEOUT)
             .await?;
@@ -200,10 +205,14 @@ async fn series(
 }
 
 /// Waits until every Redis of the fleet is settled again.
-async fn all_settled(session: &Session, names: &[String]) -> Result<(), crate::Error> {
+async fn all_settled(
+    session: &Session,
+    names: &[String],
+    members: i32,
+) -> Result<(), crate::Error> {
     for name in names {
         session
-            .settled(name, FLEET_MEMBERS as usize, STEP_TIMEOUT)
+            .settled(name, members as usize, STEP_TIMEOUT)
             .await?;
     }
     Ok(())

@@ -77,6 +77,9 @@ pub struct BenchRedisArgs {
     /// Pairs of probe failovers (every node up, one node cut) in it.
     #[arg(long, default_value_t = 5)]
     pub fleet_runs: usize,
+    /// Members of each Redis of the fleet but the probe (which has 3).
+    #[arg(long, default_value_t = 2)]
+    pub fleet_members: i32,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -265,7 +268,8 @@ async fn measure(
         .await?;
     }
     if args.fleet > 0 {
-        report.fleet = fleet::fleet(session, args.fleet, args.fleet_runs).await?;
+        report.fleet =
+            fleet::fleet(session, args.fleet, args.fleet_members, args.fleet_runs).await?;
     }
     Ok(())
 }
@@ -775,8 +779,9 @@ fn fleet_markdown(s: &mut String, f: &fleet::Fleet) {
     }
     let _ = writeln!(
         s,
-        "### A failover while another node is cut off ({} Redis, {} redis-server Pods; {} runs)\n\nEach run kills the probe Redis's primary twice: with every node up, and while {} (none of the probe's members) is cut off the network, once the operator shows it noticed (Redis objects with a member there: {:?}). Load averages (1/5/15 min): {} at the start, {} at the end.\n",
-        f.redis,
+        "### A failover while another node is cut off ({} Redis of {} members and a probe Redis of 3, {} redis-server Pods; {} runs)\n\nEach run kills the probe Redis's primary twice: with every node up, and while {} (none of the probe's members) is cut off the network, once the operator shows it noticed (Redis objects with a member there: {:?}). Load averages (1/5/15 min): {} at the start, {} at the end.\n",
+        f.redis - 1,
+        f.members_each,
         f.pods,
         f.baseline_s.len(),
         f.cut_node,
