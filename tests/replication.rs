@@ -575,8 +575,8 @@ async fn three_servers_become_one_primary_and_two_linked_replicas() {
             assert_eq!((m.role.as_str(), m.link_status.as_str()), ("replica", "up"));
         }
     }
-    let (ok, reason, _) = act::replicated_condition(&round.plan, &round.outcome, None);
-    assert!(ok, "{reason}");
+    let (status, reason, _) = act::replicated_condition(&round.plan, &round.outcome, None);
+    assert_eq!(status, "True", "{reason}");
 }
 
 /// `status.members` of an idle replicated set stays the same while its
@@ -1020,9 +1020,9 @@ async fn a_promotion_that_cannot_be_recorded_is_not_carried_out() {
             round.primary.as_ref().map(|p| p.pod.as_str()),
             Some(old.as_str())
         );
-        let (ok, reason, _) =
+        let (status, reason, _) =
             act::replicated_condition(&round.plan, &round.outcome, round.unrecorded.as_deref());
-        assert!(!ok);
+        assert_eq!(status, "False");
         assert_eq!(reason, "PromotionNotRecorded");
         tokio::time::sleep(POLL).await;
     }

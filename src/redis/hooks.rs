@@ -46,9 +46,10 @@ pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
 pub struct Replication {
     pub primary: Option<PrimaryStatus>,
     pub members: Vec<MemberStatus>,
-    /// The `Replicated` condition: status, reason, message; `None` when
+    /// The `Replicated` condition: status (`True`, `False`, `Unknown`),
+    /// reason, message; `None` when
     /// nothing was observed this time.
-    pub condition: Option<(bool, &'static str, String)>,
+    pub condition: Option<(&'static str, &'static str, String)>,
     /// When to look again.
     pub requeue_after_seconds: Option<i64>,
     /// The Services the cache does not show as wanted yet (applied beside
@@ -474,7 +475,7 @@ impl Extras<Redis> for ReplicationExtras {
                         .as_ref()
                         .map(|s| s.members.clone())
                         .unwrap_or_default(),
-                    condition: Some((false, "AuthSecretUnreadable", message)),
+                    condition: Some(("False", "AuthSecretUnreadable", message)),
                     requeue_after_seconds: Some(5),
                     services_pending: Vec::new(),
                 };

@@ -513,7 +513,7 @@ mod tests {
         };
         let p = plan(&d, &pods, now);
         let waiting = Replication {
-            condition: Some((false, "NoPrimary", "no member answers".into())),
+            condition: Some(("False", "NoPrimary", "no member answers".into())),
             ..Default::default()
         };
         let s = desired_status(&r, &report(&p, None, &waiting, now));
@@ -529,7 +529,7 @@ mod tests {
                 run_id: "x".into(),
                 term: 1,
             }),
-            condition: Some((true, "Replicated", "a is primary".into())),
+            condition: Some(("True", "Replicated", "a is primary".into())),
             ..Default::default()
         };
         let pending = Replication {
@@ -550,11 +550,11 @@ mod tests {
         assert_eq!(s.primary.unwrap().pod, "a");
         let repl = conditions::find(&s.conditions, "Replicated").unwrap();
         assert_eq!(repl.status, "True");
-        // The operator cut off from a primary its replicas still hear
-        // from cannot tell: Unknown, not False.
+        // Replicated Unknown (the operator cut off from a primary its
+        // replicas still hear from cannot tell): Ready says so too.
         let cut_off = Replication {
             condition: Some((
-                false,
+                "Unknown",
                 "OperatorCutOff",
                 "a does not answer the operator".into(),
             )),

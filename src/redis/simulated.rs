@@ -57,7 +57,7 @@ fn not_started(pod: &Pod) -> bool {
 pub fn replicated_condition(
     pods: &[Arc<Pod>],
     members: &[MemberStatus],
-) -> Option<(bool, &'static str, String)> {
+) -> Option<(&'static str, &'static str, String)> {
     if members.is_empty() || members.iter().any(|m| m.link_status != "unreachable") {
         return None;
     }
@@ -70,7 +70,7 @@ pub fn replicated_condition(
             return None;
         }
     }
-    (simulated > 0).then(|| (false, REASON, MESSAGE.to_string()))
+    (simulated > 0).then(|| ("False", REASON, MESSAGE.to_string()))
 }
 
 #[cfg(test)]
@@ -131,8 +131,8 @@ mod tests {
             .iter()
             .map(|p| member(p, "unreachable"))
             .collect();
-        let (ok, reason, message) = replicated_condition(&kwok, &unreachable).unwrap();
-        assert_eq!((ok, reason), (false, "Simulated"));
+        let (status, reason, message) = replicated_condition(&kwok, &unreachable).unwrap();
+        assert_eq!((status, reason), ("False", "Simulated"));
         assert!(
             message.contains("simulate") && message.contains("cargo run -- dev --kind"),
             "{message}"

@@ -8,7 +8,6 @@ use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
 use crate::redis::pod::selector_string;
-use crate::redis::replication::act::OPERATOR_CUT_OFF;
 use crate::redis::simulated;
 use crate::runtime::conditions::{self, Cond, truth};
 
@@ -27,18 +26,9 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
             reason: "InvalidSpec",
             message: message.to_string(),
         },
-        // Cut off from the primary while its replicas still hear from it,
-        // the operator cannot tell whether the set serves: Unknown, not
-        // False (clients that reach the primary go on writing).
-        (None, Some((_, reason @ OPERATOR_CUT_OFF, message))) => Cond {
+        (None, Some((status, reason, message))) => Cond {
             type_: REPLICATED_CONDITION,
-            status: "Unknown",
-            reason,
-            message: message.clone(),
-        },
-        (None, Some((ok, reason, message))) => Cond {
-            type_: REPLICATED_CONDITION,
-            status: truth(*ok),
+            status,
             reason,
             message: message.clone(),
         },

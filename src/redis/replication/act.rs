@@ -470,18 +470,21 @@ pub fn member_statuses(members: &[Member]) -> Vec<MemberStatus> {
 }
 
 /// The reason of the `Replicated` condition while the operator is the one
-/// cut off from the primary: the status says `Unknown`.
+/// cut off from the primary: the status says `Unknown` (the operator cannot
+/// tell whether the set serves; clients that reach the primary go on
+/// writing).
 pub const OPERATOR_CUT_OFF: &str = "OperatorCutOff";
 
-/// The `Replicated` condition: status, reason, message.
+/// The `Replicated` condition: status (`True`, `False` or `Unknown`),
+/// reason, message.
 pub fn replicated_condition(
     plan: &Plan,
     outcome: &Outcome,
     unrecorded: Option<&str>,
-) -> (bool, &'static str, String) {
+) -> (&'static str, &'static str, String) {
     if let Some(e) = unrecorded {
         return (
-            false,
+            "False",
             "PromotionNotRecorded",
             format!(
                 "a new primary is chosen but could not be recorded first, so none is promoted: {e}"
@@ -489,38 +492,38 @@ pub fn replicated_condition(
         );
     }
     if let Some(e) = &outcome.error {
-        return (false, "ReplicationCommandFailed", e.to_string());
+        return ("False", "ReplicationCommandFailed", e.to_string());
     }
     if plan.replicated {
         let p = plan.primary.as_deref().unwrap_or_default();
         return (
-            true,
+            "True",
             "Replicated",
             format!("{p} is primary; every replica is linked"),
         );
     }
     match &plan.waiting {
-        Some(Waiting::NoMembers) => (false, "NoMembers", "there are no Pods".into()),
+        Some(Waiting::NoMembers) => ("False", "NoMembers", "there are no Pods".into()),
         Some(Waiting::SwitchoverInProgress) => {
-            (false, "SwitchingOver", "a FAILOVER is under way".into())
+            ("False", "SwitchingOver", "a FAILOVER is under way".into())
         }
         Some(Waiting::PrimaryUnreachable { pod, until }) => (
-            false,
+            "False",
             "PrimaryUnreachable",
             format!("{pod} does not answer; failover at {until} if it stays so"),
         ),
         Some(Waiting::NoCandidate) => (
-            false,
+            "False",
             "NoPrimary",
             "no member that holds the data answers; waiting rather than start empty".into(),
         ),
         Some(Waiting::SwitchoverCoolingDown { until }) => (
-            false,
+            "False",
             "SwitchoverDeferred",
             format!("the last switchover did not complete; the next is sent at {until}"),
         ),
         Some(Waiting::OperatorCutOff { pod, witness }) => (
-            false,
+            "Unknown",
             OPERATOR_CUT_OFF,
             format!(
                 "{pod} does not answer the operator, but {witness} is linked to it and hears from it: the operator is the one cut off, so no failover"
@@ -532,31 +535,31 @@ pub fn replicated_condition(
             bytes,
             until,
         }) => (
-            false,
+            "False",
             "AheadMemberSilent",
             format!(
                 "{pod} is silent and was {bytes} bytes ahead of {candidate}, the best member that answers, when last seen: it may hold acknowledged writes, so {candidate} is not promoted before {until} unless {pod} answers or its Pod goes"
             ),
         ),
         Some(Waiting::ReplicaSilent { pod, primary }) => (
-            false,
+            "False",
             "ReplicaSilent",
             format!(
                 "{primary} and {pod} do not answer; {pod} may still replicate from {primary}, which could then acknowledge writes a failover would discard: no promotion until either answers, {pod}'s container is reported stopped or its Pod is deleted"
             ),
         ),
         Some(Waiting::NoSwitchoverTarget) => (
-            false,
+            "False",
             "NoSwitchoverTarget",
             "the primary must be handed over but no replica is linked, caught up and ready".into(),
         ),
         None if !plan.actions.is_empty() => (
-            false,
+            "False",
             "Converging",
             format!("{} replication command(s) sent", outcome.done.len()),
         ),
         None => (
-            false,
+            "False",
             "ReplicasNotLinked",
             "some replicas are not linked yet".into(),
         ),
@@ -734,15 +737,27 @@ mod tests {
                 },
             }),
         };
-        let (ok, reason, message) = replicated_condition(&plan, &failed, None);
-        assert!(!ok);
+        let (status, reason, message) = replicated_condition(&plan, &failed, None);
+        assert_eq!(status, "False");
         assert_eq!(reason, "ReplicationCommandFailed");
         assert!(message.contains("timed out"), "{message}");
-        let (ok, reason, message) =
+        let (status, reason, message) =
             replicated_condition(&plan, &Outcome::default(), Some("conflict"));
-        assert!(!ok);
+        assert_eq!(status, "False");
         assert_eq!(reason, "PromotionNotRecorded");
         assert!(message.contains("conflict"), "{message}");
+        // The operator cut off from a primary a replica still hears from
+        // cannot tell whether the set serves: Unknown, not False.
+        let cut_off = Plan {
+            actions: vec![],
+            waiting: Some(Waiting::OperatorCutOff {
+                pod: "a".into(),
+                witness: "b".into(),
+            }),
+            ..promote_plan()
+        };
+        let (status, reason, _) = replicated_condition(&cut_off, &Outcome::default(), None);
+        assert_eq!((status, reason), ("Unknown", OPERATOR_CUT_OFF));
     }
 
     #[test]
