@@ -635,16 +635,6 @@ pub async fn reconcile(
         };
     }
     let outcome = execute(&plan, access, memory).await;
-    // A handover sent: its end is looked for closely, so that the next
-    // round points the Service at the new primary soon after it.
-    for a in &outcome.done {
-        if let Action::Switchover {
-            from, to, timeout, ..
-        } = a
-        {
-            memory.observer.hurry(&[from, to], *timeout);
-        }
-    }
     let primary = record(&plan, recorded);
     Round {
         members,

@@ -30,12 +30,6 @@ use crate::redis::replication::info::ReplicationInfo;
 /// connection alive and notices a silent member answering again.
 pub const PERIOD: Duration = Duration::from_secs(1);
 
-/// How often the two members of a handover (`FAILOVER` sent) are asked
-/// until it ends: the demoted primary answers `READONLY` from the moment
-/// the handover completes until a round sees it and points the Service at
-/// the new primary, so that moment is looked for closely.
-pub const HANDOVER_PERIOD: Duration = Duration::from_millis(100);
-
 /// The shortest time between two attempts of a member's task when its
 /// connection ends right after an answer: a server that closes every
 /// connection it answers is asked at this rate, not in a busy loop.
@@ -81,27 +75,8 @@ struct Target {
 struct Watcher {
     target: Target,
     latest: watch::Sender<Option<Arc<Sample>>>,
-    prompt: Arc<Prompt>,
+    nudge: Arc<Notify>,
     task: tokio::task::JoinHandle<()>,
-}
-
-/// What makes a member's task ask sooner than its period: a round's nudge
-/// (ask once, now), or a handover (ask every [`HANDOVER_PERIOD`] until).
-#[derive(Default)]
-struct Prompt {
-    nudge: Notify,
-    hurry_until: Mutex<Option<Instant>>,
-}
-
-impl Prompt {
-    /// The pause before the next attempt: `pause`, or less while hurried.
-    fn pause(&self, pause: Duration, now: Instant) -> Duration {
-        let until = *self.hurry_until.lock().unwrap_or_else(|e| e.into_inner());
-        match until {
-            Some(until) if now < until => pause.min(HANDOVER_PERIOD),
-            _ => pause,
-        }
-    }
 }
 
 impl Drop for Watcher {
@@ -172,21 +147,6 @@ impl Observer {
         self.connections.retain(|k| kept(&k.pod, &k.ip));
     }
 
-    /// Asks `pods` every [`HANDOVER_PERIOD`] for the next `for_at_most`
-    /// (a handover was sent to them), starting now.
-    pub fn hurry(&self, pods: &[&str], for_at_most: Duration) {
-        let until = Instant::now() + for_at_most;
-        for pod in pods {
-            if let Some(w) = self.watchers().get(*pod) {
-                *w.prompt
-                    .hurry_until
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = Some(until);
-                w.prompt.nudge.notify_one();
-            }
-        }
-    }
-
     /// `pod`'s answer for a round, as the module documentation says.
     pub async fn latest(
         &self,
@@ -195,11 +155,11 @@ impl Observer {
         endpoint: &Endpoint,
     ) -> Result<ReplicationInfo, Arc<ClientError>> {
         let called = Instant::now();
-        let (mut rx, prompt) = self.watch(access, pod, endpoint);
+        let (mut rx, nudge) = self.watch(access, pod, endpoint);
         let current = rx.borrow_and_update().clone();
         // Ask now (a silent member's task asks again as soon as its
         // attempt under way ends).
-        prompt.nudge.notify_one();
+        nudge.notify_one();
         if let Some(s) = current
             && s.result.is_err()
         {
@@ -237,7 +197,7 @@ impl Observer {
         access: &Access<'_>,
         pod: &str,
         endpoint: &Endpoint,
-    ) -> (watch::Receiver<Option<Arc<Sample>>>, Arc<Prompt>) {
+    ) -> (watch::Receiver<Option<Arc<Sample>>>, Arc<Notify>) {
         let target = Target {
             ip: endpoint.ip.clone(),
             port: endpoint.port,
@@ -249,7 +209,7 @@ impl Observer {
         let fresh = watchers.get(pod).is_none_or(|w| w.target != target);
         if fresh {
             let (latest, _) = watch::channel(None);
-            let prompt = Arc::new(Prompt::default());
+            let nudge = Arc::new(Notify::new());
             let task = tokio::spawn(observe_member(
                 self.connections.clone(),
                 access.route.clone(),
@@ -257,7 +217,7 @@ impl Observer {
                 pod.to_string(),
                 endpoint.clone(),
                 latest.clone(),
-                prompt.clone(),
+                nudge.clone(),
                 self.period,
                 self.wake.clone(),
             ));
@@ -266,18 +226,17 @@ impl Observer {
                 Watcher {
                     target,
                     latest,
-                    prompt,
+                    nudge,
                     task,
                 },
             );
         }
         let w = &watchers[pod];
-        (w.latest.subscribe(), w.prompt.clone())
+        (w.latest.subscribe(), w.nudge.clone())
     }
 }
 
-/// One member's task: ask, publish, sleep a period (less while hurried) or
-/// until nudged.
+/// One member's task: ask, publish, sleep a period or until nudged.
 #[allow(clippy::too_many_arguments)]
 async fn observe_member(
     connections: Arc<Connections>,
@@ -286,7 +245,7 @@ async fn observe_member(
     pod: String,
     endpoint: Endpoint,
     latest: watch::Sender<Option<Arc<Sample>>>,
-    prompt: Arc<Prompt>,
+    nudge: Arc<Notify>,
     period: Duration,
     wake: Option<Wake>,
 ) {
@@ -337,8 +296,8 @@ async fn observe_member(
             }
         };
         tokio::select! {
-            () = tokio::time::sleep(prompt.pause(pause(period, failures), Instant::now())) => {}
-            () = prompt.nudge.notified() => {}
+            () = tokio::time::sleep(pause(period, failures)) => {}
+            () = nudge.notified() => {}
             () = ended => {}
         }
     }
@@ -370,25 +329,6 @@ fn changed(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_hurried_member_is_asked_every_handover_period_until_the_handover_deadline() {
-        let p = Prompt::default();
-        let now = Instant::now();
-        assert_eq!(p.pause(PERIOD, now), PERIOD, "not hurried");
-        *p.hurry_until.lock().unwrap() = Some(now + Duration::from_secs(5));
-        assert_eq!(p.pause(PERIOD, now), HANDOVER_PERIOD);
-        assert_eq!(
-            p.pause(Duration::from_millis(50), now),
-            Duration::from_millis(50),
-            "never slower than it would be"
-        );
-        assert_eq!(
-            p.pause(PERIOD, now + Duration::from_secs(5)),
-            PERIOD,
-            "over"
-        );
-    }
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
@@ -405,7 +345,7 @@ mod tests {
             "p".into(),
             access.endpoint("10.0.0.1", 6379),
             watch::channel(None).0,
-            Arc::new(Prompt::default()),
+            Arc::new(Notify::new()),
             PERIOD,
             None,
         );
