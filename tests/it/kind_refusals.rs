@@ -13,11 +13,11 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
-use podkeeper::api::names::ROLE_LABEL;
+use podkeeper::api::names::{POD_NAME_LABEL, ROLE_LABEL};
 use podkeeper_dev::bench::redis as bench;
 use podkeeper_dev::bench::redis::session::{self as bench_session, InvariantWatch, Session};
 
@@ -277,12 +277,7 @@ async fn a_failover_the_api_server_will_not_record_promotes_no_one_until_it_can(
     );
 
     refusal.lift();
-    let new = bench_session::wait("a new primary", STEP, || async {
-        let r = redis.get(name).await.ok()?;
-        r.primary_pod().filter(|p| *p != old).map(str::to_string)
-    })
-    .await
-    .unwrap();
+    let new = recorded_new_primary(&redis, name, &old).await;
     s.settled(name, 3, STEP).await.unwrap();
     assert_eq!(role(&s, &new).await, "master");
     s.writes_accepted(5).await.unwrap();
@@ -349,12 +344,7 @@ async fn role_labels_refused_leave_the_service_on_the_new_primary_across_a_new_l
     until_dry_run("role label changes refused", true, probe).await;
 
     s.kill_9(&old).await.unwrap();
-    let new = bench_session::wait("a recorded new primary", STEP, || async {
-        let r = redis.get(name).await.ok()?;
-        r.primary_pod().filter(|p| *p != old).map(str::to_string)
-    })
-    .await
-    .unwrap();
+    let new = recorded_new_primary(&redis, name, &old).await;
     bench_session::wait("the new primary promoted", STEP, || async {
         (role(&s, &new).await == "master").then_some(())
     })
@@ -436,4 +426,114 @@ fn assert_last_write_on(s: &Session, run_id: &str, when: &str) {
         last.is_some_and(|a| a.run_id.as_deref() == Some(run_id)),
         "{when}: the Service sends the writes to the new primary (last accepted: {last:?})"
     );
+}
+
+/// Waits until status.primary names a Pod other than `old`, and returns it.
+async fn recorded_new_primary(redis: &Api<Redis>, name: &str, old: &str) -> String {
+    bench_session::wait("a recorded new primary", STEP, || async {
+        let r = redis.get(name).await.ok()?;
+        r.primary_pod().filter(|p| *p != old).map(str::to_string)
+    })
+    .await
+    .unwrap()
+}
+
+/// The Pod the `<name>` Service selects.
+async fn selected(services: &Api<Service>, name: &str) -> Option<String> {
+    let svc = services.get(name).await.ok()?;
+    svc.spec?.selector?.get(POD_NAME_LABEL).cloned()
+}
+
+/// The API server refuses every change of a Service's selector while the
+/// primary is killed: the operator records and promotes a replica, but
+/// `<name>` cannot be pointed at it (a `FailedService` Warning Event says
+/// so) and keeps selecting the old Pod, whose restarted server is no
+/// primary: no write is accepted through the Service by anyone but the
+/// new primary. Once the refusal is lifted the Service follows, the writes
+/// go on, and nothing acknowledged is lost.
+#[tokio::test]
+async fn a_service_the_api_server_will_not_repoint_follows_the_new_primary_once_it_can() {
+    let env = TestEnv::new("kind-no-repoint").await;
+    let name = "norepoint";
+    let Started {
+        s,
+        host,
+        watch,
+        redis,
+        old,
+        old_run_id,
+        ..
+    } = under_writes(&env, name).await;
+    let services: Api<Service> = s.api();
+    assert_eq!(
+        selected(&services, name).await.as_deref(),
+        Some(old.as_str())
+    );
+
+    let refusal = Refusal::apply(
+        &env,
+        "selector",
+        serde_json::json!([{
+            "apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["UPDATE"], "resources": ["services"],
+        }]),
+        "oldObject.spec.selector == object.spec.selector",
+    )
+    .await;
+    let probe = || async {
+        let patch = serde_json::json!({"spec": {"selector": {POD_NAME_LABEL: "elsewhere"}}});
+        let dry = PatchParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        services
+            .patch(name, &dry, &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    };
+    until_dry_run("Service selector changes refused", true, probe).await;
+
+    let killed_at = s.kill_9(&old).await.unwrap();
+    let new = recorded_new_primary(&redis, name, &old).await;
+    bench_session::wait("the new primary promoted", STEP, || async {
+        (role(&s, &new).await == "master").then_some(())
+    })
+    .await
+    .unwrap();
+    bench_session::wait("a FailedService Event", STEP, || async {
+        (!events(&env, name, "FailedService").is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        selected(&services, name).await.as_deref(),
+        Some(old.as_str()),
+        "the Service still selects the old Pod"
+    );
+    let new_run_id = s.run_id(&new, PORT).unwrap();
+    let (writes, _) = s.writes().unwrap();
+    let elsewhere: Vec<_> = writes
+        .iter()
+        .filter(|a| a.accepted && a.end > killed_at)
+        .filter(|a| {
+            ![Some(old_run_id.as_str()), Some(new_run_id.as_str())].contains(&a.run_id.as_deref())
+        })
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "writes accepted by neither primary: {elsewhere:?}"
+    );
+
+    refusal.lift();
+    bench_session::wait("the Service on the new primary", STEP, || async {
+        (selected(&services, name).await? == new).then_some(())
+    })
+    .await
+    .unwrap();
+    s.settled(name, 3, STEP).await.unwrap();
+    s.writes_accepted(5).await.unwrap();
+    assert_last_write_on(&s, &new_run_id, "Service repointed");
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("Service repointing refused: {w:?}");
+    assert_nothing_lost(&w);
 }
