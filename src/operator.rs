@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Error as ControllerError};
@@ -25,6 +25,7 @@ use crate::podset::Context;
 use crate::podset::executor::Executor;
 use crate::podset::expectations::Expectations;
 use crate::podset::reconcile::{self as podset, Ctx};
+use crate::podset::volumes::ClaimCache;
 use crate::podset::watch as pod_watch;
 use crate::redis::hooks::ReplicationExtras;
 use crate::runtime;
@@ -249,8 +250,16 @@ pub async fn run(
     };
     let (services, service_driver) = service_watch(&client, namespace, service_routes);
     let service_task = AbortOnDrop(tokio::spawn(service_driver));
+    let (claims, claim_driver) = claim_watch(&client, namespace);
+    let claim_task = AbortOnDrop(tokio::spawn(claim_driver));
+    // A new Pod takes a claim no Pod holds: planned from a cache without its
+    // first list, it would get an empty new one instead.
+    tokio::select! {
+        r = claims.0.wait_until_ready() => r.map_err(|e| crate::Error::Other(format!("claim cache: {e}")))?,
+        _ = stop.clone() => return stopped(leadership, &lost, &shutdown).await,
+    }
     let redis_ctx = Ctx::<Redis>::new(
-        Context::new(client.clone(), executor.clone(), pods.clone()),
+        Context::new(client.clone(), executor.clone(), pods.clone(), claims.clone()),
         ReplicationExtras::new(
             ServiceApplier::new(
                 client.clone(),
@@ -268,6 +277,7 @@ pub async fn run(
         &client,
         executor,
         pods,
+        claims,
         services.clone(),
         app_wake,
         args.concurrent_reconciles.into(),
@@ -322,6 +332,7 @@ pub async fn run(
         _ = controllers => {}
     }
     drop(service_task);
+    drop(claim_task);
     drop(pod_task);
     stopped(leadership, &lost, &shutdown).await
 }
@@ -395,6 +406,26 @@ fn print_endpoints(endpoints: &http::Endpoints) {
     }
 }
 
+/// The cache of the PersistentVolumeClaims podkeeper made (label selected,
+/// managedFields stripped), and the task that fills it. Claims change with
+/// their Pods, whose events reconcile their owners: no routing of its own.
+fn claim_watch(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (ClaimCache, impl Future<Output = ()> + Send + 'static) {
+    let (store, writer) = reflector::store();
+    let config =
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let driver = reflector::reflector(
+        writer,
+        watcher(scoped::<PersistentVolumeClaim>(client, namespace), config)
+            .default_backoff()
+            .modify(|c: &mut PersistentVolumeClaim| c.metadata.managed_fields = None),
+    )
+    .for_each(|_| async {});
+    (ClaimCache(store), driver)
+}
+
 /// The one cache of the Services podkeeper manages (label selected,
 /// managedFields stripped) for every kind that owns Services, and the task
 /// that fills it and asks each Service's owner to reconcile on every change,
@@ -453,6 +484,7 @@ fn application_context(
     client: &Client,
     executor: Executor,
     pods: pod_watch::PodCache,
+    claims: ClaimCache,
     services: Store<Service>,
     wake: UnboundedSender<ObjectRef<Application>>,
     in_flight: usize,
@@ -469,7 +501,7 @@ fn application_context(
         in_flight,
     );
     Ctx::<Application>::new(
-        Context::new(client.clone(), executor, pods),
+        Context::new(client.clone(), executor, pods, claims),
         ServiceExtras { applier },
     )
 }

@@ -151,7 +151,7 @@ impl Server {
             ("set-proc-title".to_string(), "no".to_string()),
         ]
         .into();
-        let mut args = config::config_args(&directives, None).unwrap();
+        let mut args = config::config_args(&directives, None, false).unwrap();
         // Not `spec.config` (which may not set them): the network a Pod
         // would have.
         if let Some(ip) = pod_ip {
@@ -378,6 +378,7 @@ impl Set {
                 deleting: false,
                 stopped: false,
                 retiring: self.retiring.contains(&s.name),
+                claim: None,
             })
             .chain(self.strangers.iter().map(|(name, port)| PodRef {
                 pod: name.clone(),
@@ -387,6 +388,7 @@ impl Set {
                 deleting: false,
                 stopped: false,
                 retiring: false,
+                claim: None,
             }))
             .collect()
     }
@@ -442,6 +444,7 @@ impl Set {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
                 term: p.term,
+                claim: p.claim.clone(),
             });
         round
     }
@@ -1284,7 +1287,7 @@ async fn rendered_config_is_what_redis_server_runs_with() {
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
-    let args = config::config_args(&directives, Some(&Quantity("64Mi".into()))).unwrap();
+    let args = config::config_args(&directives, Some(&Quantity("64Mi".into())), false).unwrap();
     let (cmd, args) = config::server_command(port, &args, false);
     let dir = tempfile::tempdir().unwrap();
     let _child = Command::new(&cmd[0])

@@ -33,6 +33,12 @@ pub const ROLE_LABEL: &str = "podkeeper.dev/role";
 /// Service selects its primary by it.
 pub const POD_NAME_LABEL: &str = "podkeeper.dev/pod-name";
 
+/// The label on a Pod that names the PersistentVolumeClaim it keeps its
+/// data on (kinds with a claim per Pod: a Redis with `spec.storage`). A
+/// claim is named after the Pod it was first made for; a replacement Pod
+/// takes it over.
+pub const CLAIM_LABEL: &str = "podkeeper.dev/claim";
+
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 

@@ -73,6 +73,7 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
     ),
     validation = name_length_rule(),
     validation = name_label_rule(),
+    validation = Rule::new("!has(oldSelf.spec.storage) || has(self.spec.storage)").message("spec.storage cannot be removed: the members' data is on their claims"),
     doc = "A set of redis-server Pods managed directly by podkeeper"
 )]
 #[serde(rename_all = "camelCase")]
@@ -132,6 +133,18 @@ pub struct RedisSpec {
     #[serde(default)]
     #[x_kube(validation = Rule::new(WRITE_FENCE_RULE).message(WRITE_FENCE_MESSAGE))]
     pub failover: FailoverSpec,
+
+    /// A PersistentVolumeClaim per member, mounted at the data directory,
+    /// with persistence on (`appendonly yes`, `appendfsync everysec`, unless
+    /// `spec.config` says otherwise). A member replaced after its Pod is
+    /// deleted, evicted or lost comes back on its own claim. Without it the
+    /// data lives in an `emptyDir` and persistence is off. Can be added to a
+    /// running Redis (its members move onto claims one at a time) but not
+    /// removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0").message("spec.storage.size cannot shrink: a PersistentVolumeClaim can only grow"))]
+    #[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("spec.storage.storageClassName cannot change: a claim's class is fixed"))]
+    pub storage: Option<StorageSpec>,
 }
 
 /// A primary cut off from its replicas must stop taking writes before a
@@ -329,6 +342,64 @@ fn default_switchover_timeout() -> u32 {
     10
 }
 
+/// `spec.storage`: each member's PersistentVolumeClaim.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested size of each member's claim (`10Gi`). May grow (claims are
+    /// expanded in place where the StorageClass allows), never shrink.
+    #[schemars(schema_with = "quantity_schema")]
+    pub size: k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    /// StorageClass of the claims; the cluster's default class when unset.
+    /// Fixed once set: a claim's class cannot change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+    /// What happens to the claims of members removed by a scale-down and
+    /// of a deleted Redis (as a StatefulSet's
+    /// `persistentVolumeClaimRetentionPolicy`).
+    #[serde(default)]
+    pub retention: RetentionSpec,
+}
+
+/// The quantity of `spec.storage.size`: a string the API server parses as a
+/// resource quantity of at least 1 Mi.
+fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": 32,
+        "x-kubernetes-validations": [
+            {"rule": "isQuantity(self)", "message": "spec.storage.size must be a quantity such as 10Gi"},
+            {"rule": "!isQuantity(self) || quantity(self).compareTo(quantity('1Mi')) >= 0", "message": "spec.storage.size must be at least 1Mi"}
+        ]
+    })
+}
+
+/// `spec.storage.retention`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// Claims of members removed by a scale-down: `Retain` (the default:
+    /// a later scale-up takes them back) or `Delete`.
+    #[serde(default)]
+    pub when_scaled: Retention,
+    /// Claims of a deleted Redis, once its Pods are gone: `Retain` (the
+    /// default: a Redis of the same name created later takes them back) or
+    /// `Delete`.
+    #[serde(default)]
+    pub when_deleted: Retention,
+}
+
+/// Keep or delete a claim no member needs any more.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum Retention {
+    #[default]
+    Retain,
+    Delete,
+}
+
 /// `status.primary`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -344,6 +415,11 @@ pub struct PrimaryStatus {
     /// new leader can take an older primary for the current one.
     #[serde(default)]
     pub term: u64,
+    /// The PersistentVolumeClaim the primary runs on (with `spec.storage`):
+    /// when every member restarts at once, the member on this claim holds
+    /// the newest data and is chosen first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
 }
 
 /// One entry of `status.members`.
@@ -411,6 +487,7 @@ mod tests {
             pod: "r-abcde".into(),
             run_id: "x".into(),
             term: 3,
+            claim: None,
         };
         assert_eq!(
             serde_json::to_value(&primary).unwrap(),

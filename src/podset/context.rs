@@ -6,6 +6,7 @@ use std::sync::Arc;
 use kube::Client;
 
 use crate::podset::executor::Executor;
+use crate::podset::volumes::ClaimCache;
 use crate::podset::watch::PodCache;
 use crate::runtime::{backoff, status};
 
@@ -17,6 +18,8 @@ pub struct Context {
     /// Every Pod podkeeper manages (label-selected, managedFields stripped),
     /// indexed by owner.
     pub pods: PodCache,
+    /// Every PersistentVolumeClaim podkeeper made (label-selected).
+    pub claims: ClaimCache,
     /// The one count of each object's failures.
     pub backoff: backoff::Backoff,
     /// Paced status writes.
@@ -24,8 +27,9 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, executor: Executor, pods: PodCache) -> Arc<Self> {
+    pub fn new(client: Client, executor: Executor, pods: PodCache, claims: ClaimCache) -> Arc<Self> {
         Arc::new(Self {
+            claims,
             status: status::StatusWriter::new(client.clone()),
             client,
             executor,

@@ -13,7 +13,9 @@ use tracing::{debug, warn};
 
 use crate::api::names::RESIZE_REFUSED_ANNOTATION;
 use crate::metrics::Metrics;
+use crate::podset::claims::{ClaimTemplate, Choice};
 use crate::podset::expectations::Expectations;
+use crate::podset::volumes;
 use crate::podset::inplace::{self, Change};
 use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
 use crate::runtime::events::{EventRecorder, EventType};
@@ -33,6 +35,12 @@ pub struct Outcome {
     /// Pods updated in place.
     pub updated: usize,
     pub failure: Option<Failure>,
+}
+
+/// The claims of the Pods a step creates: one Pod per choice.
+pub struct Claims<'a> {
+    pub template: &'a ClaimTemplate,
+    pub choices: &'a [Choice],
 }
 
 /// Shared by all reconciles of all kinds.
@@ -59,18 +67,25 @@ impl Executor {
     /// Deletes `plan.delete`, updates `plan.in_place` (found in `live`) and
     /// creates `plan.create` Pods, stopping at the first failed create
     /// batch.
+    /// With `claims`, one Pod is created per choice (not `plan.create`),
+    /// each on its claim.
     pub async fn execute(
         &self,
         owner: &Owner,
         template: &PodTemplateSpec,
         plan: &Plan,
         live: &[Arc<Pod>],
+        claims: Option<Claims<'_>>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
         self.delete(owner, &plan.delete, &mut outcome).await;
         self.update(owner, template, &plan.in_place, live, &mut outcome)
             .await;
-        self.create(owner, template, plan.create.max(0) as usize, &mut outcome)
+        let count = match &claims {
+            Some(c) => c.choices.len(),
+            None => plan.create.max(0) as usize,
+        };
+        self.create(owner, template, count, claims, &mut outcome)
             .await;
         outcome
     }
@@ -83,11 +98,12 @@ impl Executor {
         owner: &Owner,
         template: &PodTemplateSpec,
         count: usize,
+        claims: Option<Claims<'_>>,
         outcome: &mut Outcome,
     ) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
         let mut created = Vec::new();
-        self.create_batches(&api, owner, template, count, &mut created, outcome)
+        self.create_batches(&api, owner, template, count, claims, &mut created, outcome)
             .await;
         if !created.is_empty() {
             self.event_in_background(
@@ -106,6 +122,7 @@ impl Executor {
         owner: &Owner,
         template: &PodTemplateSpec,
         count: usize,
+        claims: Option<Claims<'_>>,
         created: &mut Vec<String>,
         outcome: &mut Outcome,
     ) {
@@ -113,7 +130,12 @@ impl Executor {
         let mut remaining = count;
         while remaining > 0 {
             let size = batch.min(remaining);
-            let results = join_all((0..size).map(|_| self.create_one(api, owner, template))).await;
+            let first = count - remaining;
+            let results = join_all((first..first + size).map(|i| {
+                let claim = claims.as_ref().map(|c| (c.template, &c.choices[i]));
+                self.create_one(api, owner, template, claim)
+            }))
+            .await;
             let mut failed = false;
             for r in results {
                 match r {
@@ -144,8 +166,20 @@ impl Executor {
         api: &Api<Pod>,
         owner: &Owner,
         template: &PodTemplateSpec,
+        claim: Option<(&ClaimTemplate, &Choice)>,
     ) -> Result<String, Failure> {
         let name = pod_name(&owner.name);
+        let mut spec = template.spec.clone();
+        let claim_name = match claim {
+            Some((t, choice)) => {
+                let claim = volumes::claim_for(self, owner, t, choice, &name).await?;
+                if let Some(s) = spec.as_mut() {
+                    volumes::mount(s, &t.volume, &claim);
+                }
+                Some(claim)
+            }
+            None => None,
+        };
         let mut metadata = template.metadata.clone().unwrap_or_default();
         metadata.name = Some(name.clone());
         metadata.generate_name = None;
@@ -153,11 +187,17 @@ impl Executor {
             .labels
             .get_or_insert_default()
             .insert(crate::api::names::POD_NAME_LABEL.into(), name.clone());
+        if let Some(c) = claim_name {
+            metadata
+                .labels
+                .get_or_insert_default()
+                .insert(crate::api::names::CLAIM_LABEL.into(), c);
+        }
         metadata.namespace = Some(owner.namespace.clone());
         metadata.owner_references = Some(vec![owner.reference.clone()]);
         let pod = Pod {
             metadata,
-            spec: template.spec.clone(),
+            spec,
             status: None,
         };
         self.expectations.expect_create(&owner.key, &name);
@@ -575,7 +615,7 @@ mod tests {
             let owner = Owner::of(&redis, "Redis");
             let api = kube::Api::namespaced(client, "ns");
             let created = executor
-                .create_one(&api, &owner, &PodTemplateSpec::default())
+                .create_one(&api, &owner, &PodTemplateSpec::default(), None)
                 .await;
             assert_eq!(created.is_ok(), ours, "{holder}: {created:?}");
             // Ours: the watch is yet to show it; someone else's: released.

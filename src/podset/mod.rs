@@ -19,8 +19,11 @@
 //! - [`expectations`]: in-flight creates and deletes not yet seen in the
 //!   watch cache, which keep a stale cache from causing duplicates.
 //! - [`executor`]: carries a plan out against the API server.
+//! - [`claims`]: which PersistentVolumeClaim each new Pod takes and which
+//!   claims are surplus (kinds that keep data); [`volumes`]: their I/O.
 //! - [`context`]: what every reconcile shares ([`Context`]).
 
+pub mod claims;
 pub mod context;
 pub mod executor;
 pub mod expectations;
@@ -31,6 +34,7 @@ pub mod pods;
 pub mod rank;
 pub mod reconcile;
 pub mod revision;
+pub mod volumes;
 pub mod watch;
 
 pub use context::Context;

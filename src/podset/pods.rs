@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::names::RESIZE_REFUSED_ANNOTATION;
-use crate::api::names::{DELETION_COST_ANNOTATION, TEMPLATE_HASH_LABEL};
+use crate::api::names::{CLAIM_LABEL, DELETION_COST_ANNOTATION, TEMPLATE_HASH_LABEL};
 use crate::podset::inplace;
 use crate::podset::revision::InPlaceKeys;
 
@@ -84,6 +84,9 @@ pub struct ObservedPod {
     pub resize_refused: Option<String>,
     /// The kubelet reported its resize infeasible: it must be replaced.
     pub resize_infeasible: bool,
+    /// The PersistentVolumeClaim it keeps its data on, if any
+    /// ([`crate::api::names::CLAIM_LABEL`]).
+    pub claim: Option<String>,
 }
 
 impl ObservedPod {
@@ -179,6 +182,11 @@ impl ObservedPod {
                 .and_then(|a| a.get(RESIZE_REFUSED_ANNOTATION))
                 .cloned(),
             resize_infeasible: inplace::resize_infeasible(pod),
+            claim: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CLAIM_LABEL))
+                .cloned(),
         })
     }
 }
@@ -204,6 +212,7 @@ pub(crate) mod test_support {
             in_place: None,
             resize_refused: None,
             resize_infeasible: false,
+            claim: None,
         }
     }
 

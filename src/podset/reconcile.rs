@@ -43,7 +43,9 @@ use tracing::Instrument;
 
 use crate::api::names::ORPHAN_FINALIZER;
 use crate::api::names::{FIELD_MANAGER, FINALIZER};
-use crate::podset::executor::{Outcome, summary};
+use crate::podset::claims::{self, ClaimTemplate};
+use crate::podset::executor::{Claims, Outcome, summary};
+use crate::podset::volumes;
 use crate::podset::plan::{DeleteReason, Desired, Plan, Strategy, plan, victim};
 use crate::podset::{Context, ObservedPod};
 use crate::runtime::events::EventType;
@@ -92,6 +94,11 @@ pub trait PodSet:
     fn pod_set(&self) -> Result<PodSetSpec, String>;
     /// Replicas asked for, even when the spec is invalid (for counts).
     fn replicas(&self) -> i32;
+    /// A PersistentVolumeClaim per Pod, for kinds that keep data. Pure.
+    /// Default: none.
+    fn claims(&self) -> Option<ClaimTemplate> {
+        None
+    }
     /// The status the object shows now.
     fn current_status(&self) -> Option<&Self::Status>;
     /// The status to show, and in how many seconds to look again (say for
@@ -372,7 +379,7 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     // a new object's reconcile holds its worker only for its Pods.
     let acting = async {
         if satisfied {
-            Some(act(inner, &owner, obj, template, &plan).await)
+            Some(act(inner, &owner, obj, template, &plan, &pods).await)
         } else {
             None
         }
@@ -443,6 +450,42 @@ fn pace(desired: &Desired, plan: &Plan) -> Pace {
     }
 }
 
+/// The claims of the Pods `plan` creates: claims kept from a deleted owner
+/// of this name are adopted first; a Pod whose claim a terminating Pod
+/// still holds waits for it (its deletion reconciles again).
+async fn assign_claims(
+    ctx: &Context,
+    owner: &Owner,
+    template: &ClaimTemplate,
+    pods: &[ObservedPod],
+    plan: &Plan,
+) -> Result<claims::Assignment, Failure> {
+    let (mut owned, orphans) = ctx.claims.of(owner);
+    volumes::adopt(&ctx.executor, owner, &orphans).await?;
+    owned.extend(orphans.iter().map(volumes::observe));
+    let count = usize::try_from(plan.create.max(0)).unwrap_or(0);
+    let a = claims::assign(count, &owned, pods, template.prefer.as_deref());
+    if !a.waiting_for.is_empty() {
+        tracing::info!(
+            waiting_for = ?a.waiting_for,
+            "a new Pod waits for the claim a terminating Pod still holds"
+        );
+    }
+    Ok(a)
+}
+
+/// With claims and nothing else to do: claims left free by a scale-down
+/// are deleted (`whenScaled: Delete`), and claims smaller than asked for
+/// are expanded.
+async fn tidy_claims(ctx: &Context, owner: &Owner, template: &ClaimTemplate, pods: &[ObservedPod], replicas: i32) -> Result<(), Failure> {
+    let (owned, _) = ctx.claims.of(owner);
+    if template.delete_when_scaled {
+        let surplus = claims::surplus(&owned, pods, replicas, template.prefer.as_deref());
+        volumes::delete(&ctx.executor, owner, &surplus, "scaled down; retention whenScaled: Delete").await?;
+    }
+    volumes::expand(&ctx.executor, &ctx.claims, owner, template).await
+}
+
 /// Acts on `plan` with the current template: `template` if this reconcile
 /// made it already, else made again from `obj` (pure, and the same for the
 /// same generation).
@@ -452,9 +495,14 @@ async fn act<K: PodSet>(
     obj: &K,
     template: Option<PodTemplateSpec>,
     plan: &Plan,
+    pods: &[ObservedPod],
 ) -> Outcome {
     if plan.create == 0 && plan.delete.is_empty() && plan.in_place.is_empty() {
-        return Outcome::default();
+        let mut outcome = Outcome::default();
+        if let Some(t) = obj.claims() {
+            outcome.failure = tidy_claims(ctx, owner, &t, pods, obj.replicas()).await.err();
+        }
+        return outcome;
     }
     let template = match template
         .map(Ok)
@@ -470,7 +518,34 @@ async fn act<K: PodSet>(
     } else {
         ctx.pods.owned(&owner.namespace, &owner.reference.uid)
     };
-    let outcome = ctx.executor.execute(owner, template, plan, &live).await;
+    let claim_template = obj.claims();
+    let assignment = match &claim_template {
+        Some(t) if plan.create > 0 => match assign_claims(ctx, owner, t, pods, plan).await {
+            Ok(a) => Some(a),
+            Err(failure) => {
+                return Outcome {
+                    failure: Some(failure),
+                    ..Outcome::default()
+                };
+            }
+        },
+        _ => None,
+    };
+    let claims = match (&claim_template, &assignment) {
+        (Some(template), Some(a)) => Some(Claims {
+            template,
+            choices: &a.choices,
+        }),
+        (Some(template), None) => Some(Claims {
+            template,
+            choices: &[],
+        }),
+        _ => None,
+    };
+    let outcome = ctx
+        .executor
+        .execute(owner, template, plan, &live, claims)
+        .await;
     if outcome.created > 0 || outcome.deleted > 0 || outcome.updated > 0 {
         tracing::info!(
             created = outcome.created,
@@ -524,6 +599,17 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
         return Err(Error::CleanupPending { remaining: 1 });
     }
     delete_all_pods(inner, &owner).await?;
+    if let Some(t) = obj.claims() {
+        // Pods first, then their claims, by the retention policy.
+        let (owned, _) = inner.claims.of(&owner);
+        let result = if t.delete_when_deleted {
+            let doomed: Vec<_> = owned.iter().filter(|c| !c.deleting).collect();
+            volumes::delete(&inner.executor, &owner, &doomed, "owner deleted; retention whenDeleted: Delete").await
+        } else {
+            volumes::release(&inner.executor, &owner, &owned).await
+        };
+        result.map_err(Error::Step)?;
+    }
     ctx.forget_pod_set(&owner);
     Ok(Action::await_change())
 }
@@ -690,6 +776,7 @@ mod tests {
             client.clone(),
             crate::podset::executor::Executor::for_tests(client),
             crate::podset::watch::PodCache::empty(),
+            crate::podset::volumes::ClaimCache::empty(),
         );
         let redis: crate::api::Redis = serde_json::from_value(serde_json::json!({
             "apiVersion": "podkeeper.dev/v1", "kind": "Redis",

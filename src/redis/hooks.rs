@@ -200,6 +200,7 @@ pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef
                 ready: crate::podset::pods::pod_is_ready(p),
                 deleting: p.metadata.deletion_timestamp.is_some(),
                 stopped: container_stopped(p),
+                claim: p.labels().get(crate::api::names::CLAIM_LABEL).cloned(),
             }
         })
         .collect();
@@ -450,6 +451,11 @@ impl Extras<Redis> for ReplicationExtras {
                 pod: p.pod.clone(),
                 run_id: p.run_id.clone(),
                 term: p.term,
+                // A claim that is gone holds nothing to wait for.
+                claim: p.claim.clone().filter(|c| {
+                    let (owned, _) = ctx.claims.of(owner);
+                    owned.iter().any(|o| &o.name == c && !o.deleting)
+                }),
             });
         // Redis's order of a rollout (`rollout.rs`): replicas first, the
         // primary handed over, then the old primary.
@@ -744,7 +750,8 @@ mod tests {
                     ready: false,
                     deleting: false,
                     stopped: false,
-                    retiring: false
+                    retiring: false,
+                    claim: None,
                 },
                 PodRef {
                     pod: "b".into(),
@@ -753,7 +760,8 @@ mod tests {
                     ready: false,
                     deleting: false,
                     stopped: false,
-                    retiring: true
+                    retiring: true,
+                    claim: None,
                 },
             ]
         );

@@ -30,6 +30,14 @@ const ROLLOUT: Strategy = Strategy::RollingUpdate {
     max_unavailable: 0,
 };
 
+/// With a claim per member (`spec.storage`), a Pod is replaced on its own
+/// claim: it goes first (a primary after its handover), and its successor
+/// takes the claim it left, with its data, as a StatefulSet's Pod would.
+const ROLLOUT_ON_CLAIMS: Strategy = Strategy::RollingUpdate {
+    max_surge: 0,
+    max_unavailable: 1,
+};
+
 /// An image or resources change is applied in place, one Pod at a time:
 /// the updating Pod (a replica, or the old primary after its handover) is
 /// the one unavailable Pod. A single-Pod Redis has no replica to hand over
@@ -47,7 +55,11 @@ impl PodSet for Redis {
             desired: Desired {
                 replicas: self.spec.replicas,
                 revision: revision_of(&template),
-                strategy: ROLLOUT,
+                strategy: if self.spec.storage.is_some() {
+                    ROLLOUT_ON_CLAIMS
+                } else {
+                    ROLLOUT
+                },
                 min_ready_seconds: 0,
                 paused: false,
                 in_place: (self.spec.replicas >= 2).then(|| InPlace {
@@ -68,6 +80,10 @@ impl PodSet for Redis {
 
     fn replicas(&self) -> i32 {
         self.spec.replicas
+    }
+
+    fn claims(&self) -> Option<crate::podset::claims::ClaimTemplate> {
+        crate::redis::pod::claim_template(self)
     }
 
     fn current_status(&self) -> Option<&RedisStatus> {
@@ -142,6 +158,7 @@ mod tests {
                 auth: None,
                 config: Default::default(),
                 failover: Default::default(),
+                storage: None,
             },
         );
         r.metadata.namespace = Some("ns".into());
@@ -528,6 +545,7 @@ mod tests {
                 pod: "a".into(),
                 run_id: "x".into(),
                 term: 1,
+                claim: None,
             }),
             condition: Some(("True", "Replicated", "a is primary".into())),
             ..Default::default()

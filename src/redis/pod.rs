@@ -5,18 +5,24 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, SecurityContext, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecurityContext, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use crate::api::Redis;
+use crate::api::redis::Retention;
+use crate::podset::claims::ClaimTemplate;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
 use crate::podset::revision::stamp;
 use crate::redis::replication::config::{config_args, server_command};
+
+/// The volume of the data directory.
+pub const DATA_VOLUME: &str = "data";
 
 /// Uid and gid of the redis user in the official image.
 const REDIS_UID: i64 = 999;
@@ -56,7 +62,9 @@ pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> 
         .iter()
         .map(|a| a.to_string())
         .collect();
-    args.extend(config_args(&spec.config, memory_limit).map_err(|e| e.to_string())?);
+    args.extend(
+        config_args(&spec.config, memory_limit, spec.storage.is_some()).map_err(|e| e.to_string())?,
+    );
     let port =
         u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;
     Ok(server_command(port, &args, spec.auth.is_some()))
@@ -84,6 +92,53 @@ fn spread(name: &str) -> Vec<TopologySpreadConstraint> {
         ..Default::default()
     })
     .collect()
+}
+
+/// The data directory's volume: the member's claim with `spec.storage`
+/// (its name is filled in per Pod, see [`crate::podset::claims`]), else an
+/// `emptyDir`.
+fn data_volume(redis: &Redis) -> Volume {
+    let mut volume = Volume {
+        name: DATA_VOLUME.into(),
+        ..Default::default()
+    };
+    if redis.spec.storage.is_some() {
+        volume.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+            claim_name: String::new(),
+            read_only: None,
+        });
+    } else {
+        volume.empty_dir = Some(EmptyDirVolumeSource::default());
+    }
+    volume
+}
+
+/// A member's claim, from `spec.storage`: its size and class, and what
+/// becomes of it on scale-down and deletion. The claim of the recorded
+/// primary is taken first when free (every member restarted at once: see
+/// [`crate::redis::replication::topology`]). Pure.
+pub fn claim_template(redis: &Redis) -> Option<ClaimTemplate> {
+    let storage = redis.spec.storage.as_ref()?;
+    Some(ClaimTemplate {
+        volume: DATA_VOLUME.into(),
+        spec: PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), storage.size.clone())].into()),
+                limits: None,
+            }),
+            storage_class_name: storage.storage_class_name.clone(),
+            ..Default::default()
+        },
+        labels: selector_labels(&redis.name_any()),
+        delete_when_scaled: storage.retention.when_scaled == Retention::Delete,
+        delete_when_deleted: storage.retention.when_deleted == Retention::Delete,
+        prefer: redis
+            .status
+            .as_ref()
+            .and_then(|s| s.primary.as_ref())
+            .and_then(|p| p.claim.clone()),
+    })
 }
 
 /// The Pod template of a Redis, with its template hash label, or why
@@ -125,7 +180,7 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             ..Default::default()
         }),
         volume_mounts: Some(vec![VolumeMount {
-            name: "data".into(),
+            name: DATA_VOLUME.into(),
             mount_path: "/data".into(),
             ..Default::default()
         }]),
@@ -147,11 +202,7 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             }),
             ..Default::default()
         }),
-        volumes: Some(vec![Volume {
-            name: "data".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }]),
+        volumes: Some(vec![data_volume(redis)]),
         ..Default::default()
     };
     // Every member starts as a replica (of the placeholder); the operator

@@ -29,6 +29,8 @@ pub struct PodRef {
     /// The kubelet reports its container not running (exited, or waiting
     /// to restart): its redis-server and its memory are gone.
     pub stopped: bool,
+    /// Its claim ([`crate::api::names::CLAIM_LABEL`]).
+    pub claim: Option<String>,
 }
 
 /// What the operator remembers about one Redis between reconciles: since
@@ -193,6 +195,7 @@ pub async fn observe(
             deleting: p.deleting,
             stopped: p.stopped || refused,
             retiring: p.retiring,
+            claim: p.claim.clone(),
             observed,
         });
     }
@@ -339,6 +342,7 @@ pub fn status_of(r: &RecordedPrimary) -> PrimaryStatus {
         pod: r.pod.clone(),
         run_id: r.run_id.clone(),
         term: r.term,
+        claim: r.claim.clone(),
     }
 }
 
@@ -517,6 +521,13 @@ pub fn replicated_condition(
             "NoPrimary",
             "no member that holds the data answers; waiting rather than start empty".into(),
         ),
+        Some(Waiting::PrimaryClaim { claim }) => (
+            "False",
+            "NoPrimary",
+            format!(
+                "every member restarted; waiting for the member on {claim}, the last primary's claim, which holds the newest data"
+            ),
+        ),
         Some(Waiting::SwitchoverCoolingDown { until }) => (
             "False",
             "SwitchoverDeferred",
@@ -678,6 +689,7 @@ mod tests {
             deleting: false,
             stopped: false,
             retiring: false,
+            claim: None,
             observed,
         }
     }
@@ -689,6 +701,7 @@ mod tests {
                 pod: "b".into(),
                 run_id: "rb".into(),
                 term: 2,
+                claim: None,
             }),
             actions: vec![Action::Promote {
                 pod: "b".into(),
@@ -708,6 +721,7 @@ mod tests {
             pod: "a".into(),
             run_id: "ra".into(),
             term: 1,
+            claim: None,
         };
         let plan = promote_plan();
         assert_eq!(record_first(&plan), plan.record.as_ref());
@@ -762,13 +776,13 @@ mod tests {
 
     #[test]
     fn terms_go_up_with_each_new_primary_only() {
-        let a1 = RecordedPrimary::next(None, "a", "ra");
+        let a1 = RecordedPrimary::next(None, "a", "ra", None);
         assert_eq!(a1.term, 1);
-        assert_eq!(RecordedPrimary::next(Some(&a1), "a", "ra").term, 1);
-        let b2 = RecordedPrimary::next(Some(&a1), "b", "rb");
+        assert_eq!(RecordedPrimary::next(Some(&a1), "a", "ra", None).term, 1);
+        let b2 = RecordedPrimary::next(Some(&a1), "b", "rb", None);
         assert_eq!(b2.term, 2);
         // The same Pod with a new process is a new primary too.
-        assert_eq!(RecordedPrimary::next(Some(&b2), "b", "rb2").term, 3);
+        assert_eq!(RecordedPrimary::next(Some(&b2), "b", "rb2", None).term, 3);
     }
 
     #[test]

@@ -13,8 +13,17 @@ use crate::redis::replication::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
 /// (from a `secretKeyRef`).
 pub const PASSWORD_ENV: &str = "REDIS_PASSWORD";
 
-/// Defaults the user may override: no persistence (there are no volumes).
+/// Defaults the user may override without volumes: no persistence.
 const DEFAULTS: &[(&str, &str)] = &[("save", ""), ("appendonly", "no")];
+
+/// Defaults the user may override with a volume per member (`spec.storage`):
+/// every write in the append-only file, flushed to disk every second; no
+/// RDB snapshots (the AOF's own base is one).
+const PERSISTENT_DEFAULTS: &[(&str, &str)] = &[
+    ("save", ""),
+    ("appendonly", "yes"),
+    ("appendfsync", "everysec"),
+];
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -108,12 +117,19 @@ pub fn default_maxmemory(memory_limit: Option<&Quantity>) -> Option<u64> {
 /// The redis-server arguments for `spec.config` (validated) and the memory
 /// limit: `--name value...` per directive, values split on white space as
 /// redis.conf splits a line; an empty value stays one empty argument.
+/// `persistent`: the data directory is a volume that outlives the Pod.
 pub fn config_args(
     config: &BTreeMap<String, String>,
     memory_limit: Option<&Quantity>,
+    persistent: bool,
 ) -> Result<Vec<String>, ConfigError> {
     let mut config = validate(config)?;
-    for (name, value) in DEFAULTS {
+    let defaults = if persistent {
+        PERSISTENT_DEFAULTS
+    } else {
+        DEFAULTS
+    };
+    for (name, value) in defaults {
         config
             .entry(name.to_string())
             .or_insert_with(|| value.to_string());
@@ -321,25 +337,41 @@ mod tests {
     #[test]
     fn maxmemory_is_three_quarters_of_the_limit_unless_set() {
         let limit = Quantity("1Gi".into());
-        let args = config_args(&BTreeMap::new(), Some(&limit)).unwrap();
+        let args = config_args(&BTreeMap::new(), Some(&limit), false).unwrap();
         let at = args.iter().position(|a| a == "--maxmemory").unwrap();
         assert_eq!(args[at + 1], (768u64 << 20).to_string());
-        let args = config_args(&map(&[("maxmemory", "100mb")]), Some(&limit)).unwrap();
+        let args = config_args(&map(&[("maxmemory", "100mb")]), Some(&limit), false).unwrap();
         let at = args.iter().position(|a| a == "--maxmemory").unwrap();
         assert_eq!(args[at + 1], "100mb");
-        let args = config_args(&BTreeMap::new(), None).unwrap();
+        let args = config_args(&BTreeMap::new(), None, false).unwrap();
         assert!(!args.contains(&"--maxmemory".to_string()));
     }
 
     #[test]
     fn persistence_is_off_unless_asked_for_and_values_split_like_redis_conf() {
-        let args = config_args(&BTreeMap::new(), None).unwrap();
+        let args = config_args(&BTreeMap::new(), None, false).unwrap();
         assert_eq!(args, ["--appendonly", "no", "--save", ""]);
-        let args = config_args(&map(&[("save", "3600 1 300 100")]), None).unwrap();
+        let args = config_args(&map(&[("save", "3600 1 300 100")]), None, false).unwrap();
         assert_eq!(
             args,
             ["--appendonly", "no", "--save", "3600", "1", "300", "100"]
         );
+    }
+
+    #[test]
+    fn with_a_volume_every_write_goes_to_the_append_only_file_unless_configured_otherwise() {
+        let args = config_args(&BTreeMap::new(), None, true).unwrap();
+        assert_eq!(
+            args,
+            ["--appendfsync", "everysec", "--appendonly", "yes", "--save", ""]
+        );
+        let args = config_args(&map(&[("appendfsync", "always")]), None, true).unwrap();
+        assert_eq!(
+            args,
+            ["--appendfsync", "always", "--appendonly", "yes", "--save", ""]
+        );
+        let args = config_args(&map(&[("appendonly", "no")]), None, true).unwrap();
+        assert!(args.windows(2).any(|w| w == ["--appendonly", "no"]));
     }
 
     #[test]

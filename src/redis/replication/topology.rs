@@ -21,7 +21,9 @@
 //!    empty dataset). Only when no member can hold data (a new Redis, or all
 //!    data gone) is such a member promoted; while a member with an address
 //!    does not answer (and something was recorded), the planner waits
-//!    instead.
+//!    instead. With a claim per member, such members may have loaded data
+//!    from their claims: the one on the recorded primary's claim is chosen,
+//!    and waited for while its claim exists.
 //! 4. Every other member that is primary is fenced (made a replica of the
 //!    primary) before the new primary is promoted; replicas that follow any
 //!    other address are repointed after.
@@ -59,6 +61,8 @@ pub struct Member {
     /// The engine wants to replace, update or remove this Pod (rollout,
     /// scale-down): a primary is switched over first.
     pub retiring: bool,
+    /// The PersistentVolumeClaim its data directory is on (`spec.storage`).
+    pub claim: Option<String>,
     pub observed: Observed,
 }
 
@@ -123,12 +127,20 @@ pub struct RecordedPrimary {
     pub pod: String,
     pub run_id: String,
     pub term: u64,
+    /// Its claim, while that claim exists (see [`Waiting::PrimaryClaim`]).
+    pub claim: Option<String>,
 }
 
 impl RecordedPrimary {
-    /// The record that names `pod` (with `run_id`) after `before`: the same
-    /// term when it names the same process, the next one otherwise.
-    pub fn next(before: Option<&RecordedPrimary>, pod: &str, run_id: &str) -> RecordedPrimary {
+    /// The record that names `pod` (with `run_id`, on `claim`) after
+    /// `before`: the same term when it names the same process, the next one
+    /// otherwise.
+    pub fn next(
+        before: Option<&RecordedPrimary>,
+        pod: &str,
+        run_id: &str,
+        claim: Option<&str>,
+    ) -> RecordedPrimary {
         let term = match before {
             Some(b) if b.pod == pod && b.run_id == run_id => b.term,
             Some(b) => b.term + 1,
@@ -138,6 +150,7 @@ impl RecordedPrimary {
             pod: pod.to_string(),
             run_id: run_id.to_string(),
             term,
+            claim: claim.map(str::to_string),
         }
     }
 }
@@ -238,6 +251,11 @@ pub enum Waiting {
     /// No member that holds the data answers (members that may hold it are
     /// silent).
     NoCandidate,
+    /// Every member restarted (none holds data by replication): the one on
+    /// the recorded primary's claim holds the newest data, and its Pod does
+    /// not answer yet. Nothing is promoted until it does: a member on an
+    /// older or new claim would replace the newest data with less.
+    PrimaryClaim { claim: String },
     /// The primary must be handed over but no replica is linked, caught up
     /// and ready.
     NoSwitchoverTarget,
@@ -460,6 +478,7 @@ fn elect<'a>(
     cause: Cause,
     excluded: Option<&str>,
     tainted_replid: Option<&str>,
+    recorded_claim: Option<&str>,
     settings: &Settings,
     now: Timestamp,
 ) -> Result<&'a Member, (Waiting, Duration)> {
@@ -498,6 +517,21 @@ fn elect<'a>(
             Some(w) => Err(w),
             None => Ok(b),
         };
+    }
+    // Nobody holds the data by replication: every member restarted. With
+    // claims, the one on the recorded primary's claim loaded the newest
+    // data from it; wait for it while its claim exists.
+    if let Some(claim) = recorded_claim {
+        return alive
+            .iter()
+            .find(|(m, i)| m.claim.as_deref() == Some(claim) && !i.sync_in_progress)
+            .map(|(m, _)| *m)
+            .ok_or((
+                Waiting::PrimaryClaim {
+                    claim: claim.to_string(),
+                },
+                CONVERGE_PERIOD,
+            ));
     }
     // Nobody who answers holds the data. If a silent member may (the old
     // primary among them), wait for it rather than start empty. A new Redis
@@ -684,6 +718,7 @@ pub fn plan(
             cause,
             excluded,
             tainted_replid.as_deref(),
+            recorded.and_then(|r| r.claim.as_deref()),
             settings,
             now,
         ) {
@@ -696,7 +731,7 @@ pub fn plan(
     };
     let record = primary
         .info()
-        .map(|i| RecordedPrimary::next(recorded, &primary.pod, &i.run_id));
+        .map(|i| RecordedPrimary::next(recorded, &primary.pod, &i.run_id, primary.claim.as_deref()));
     let mut actions = converge(members, primary, promote);
     let mut waiting = None;
     if actions.is_empty() && (primary.retiring || primary.deleting) {

@@ -27,6 +27,7 @@ fn base(pod: &str, ip: &str, observed: Observed) -> Member {
         deleting: false,
         stopped: false,
         retiring: false,
+        claim: None,
         observed,
     }
 }
@@ -97,6 +98,7 @@ fn rec(pod: &str) -> RecordedPrimary {
         pod: pod.into(),
         run_id: format!("run-{pod}"),
         term: 1,
+        claim: None,
     }
 }
 
@@ -394,6 +396,7 @@ fn when_every_copy_is_gone_the_restarted_primary_is_accepted() {
             pod: "a".into(),
             run_id: "run-a-2".into(),
             term: 2,
+            claim: None,
         })
     );
 }
@@ -915,4 +918,68 @@ fn a_silent_replica_that_was_ahead_holds_the_promotion_back_for_a_while() {
         promoted(&plan(&m, Some(&rec("a")), &settings(), t(6))),
         ["b"]
     );
+}
+
+fn on_claim(mut m: Member, claim: &str) -> Member {
+    m.claim = Some(claim.into());
+    m
+}
+
+fn rec_on(pod: &str, claim: &str) -> RecordedPrimary {
+    RecordedPrimary {
+        claim: Some(claim.into()),
+        ..rec(pod)
+    }
+}
+
+#[test]
+fn every_member_restarted_on_its_claim_the_one_on_the_primarys_claim_is_promoted() {
+    // a (on claim ca) was primary; every Pod was deleted at once and came
+    // back under new names, each on its own claim, each following the
+    // placeholder (what they hold came from their claims).
+    let m = vec![
+        on_claim(fresh("d", "10.0.0.4"), "cb"),
+        on_claim(fresh("e", "10.0.0.5"), "ca"),
+        on_claim(fresh("f", "10.0.0.6"), "cc"),
+    ];
+    let p = plan(&m, Some(&rec_on("a", "ca")), &settings(), t(0));
+    assert_eq!(p.cause, Some(Cause::PrimaryGone));
+    assert_eq!(promoted(&p), ["e"], "{p:?}");
+    let record = p.record.unwrap();
+    assert_eq!(record.claim.as_deref(), Some("ca"));
+    assert_eq!(record.term, 2);
+}
+
+#[test]
+fn the_member_on_the_primarys_claim_is_waited_for_while_it_does_not_answer() {
+    let waiting = Some(Waiting::PrimaryClaim { claim: "ca".into() });
+    // Its Pod is not there yet.
+    let m = vec![
+        on_claim(fresh("d", "10.0.0.4"), "cb"),
+        on_claim(fresh("f", "10.0.0.6"), "cc"),
+    ];
+    let p = plan(&m, Some(&rec_on("a", "ca")), &settings(), t(0));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.waiting, waiting);
+    // Its Pod runs but does not answer yet (loading its data, say).
+    let mut m = m;
+    m.push(on_claim(silent("e", "10.0.0.5", t(0)), "ca"));
+    let p = plan(&m, Some(&rec_on("a", "ca")), &settings(), t(30));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.waiting, waiting);
+}
+
+#[test]
+fn replicas_with_data_still_win_over_the_primarys_claim_and_the_record_follows_the_claim() {
+    // Only the primary's Pod went: the caught-up replica holds the data,
+    // and the replacement on the old primary's claim (stale by now) is not
+    // chosen.
+    let m = vec![
+        on_claim(fresh("d", "10.0.0.4"), "ca"),
+        on_claim(replica("b", "10.0.0.2", "10.0.0.1", 100, false), "cb"),
+        on_claim(replica("c", "10.0.0.3", "10.0.0.1", 90, false), "cc"),
+    ];
+    let p = plan(&m, Some(&rec_on("a", "ca")), &settings(), t(0));
+    assert_eq!(promoted(&p), ["b"]);
+    assert_eq!(p.record.unwrap().claim.as_deref(), Some("cb"));
 }

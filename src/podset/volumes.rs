@@ -1,0 +1,376 @@
+//! The claims' I/O: the cache of the PersistentVolumeClaims podkeeper
+//! made, a claim made for a new Pod, surplus claims deleted, and at an
+//! owner's deletion its claims deleted or let go (see [`crate::podset::claims`]
+//! for which).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use tracing::warn;
+
+use crate::api::names::{INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::podset::claims::{ClaimTemplate, Choice, ObservedClaim};
+use crate::podset::executor::{Executor, summary};
+use crate::runtime::events::EventType;
+use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::metadata_only;
+use crate::runtime::owner::Owner;
+
+/// Every PersistentVolumeClaim podkeeper made (label-selected), with
+/// managedFields stripped.
+#[derive(Clone)]
+pub struct ClaimCache(pub Store<PersistentVolumeClaim>);
+
+impl ClaimCache {
+    /// A cache that holds nothing (for kinds and tests without claims).
+    pub fn empty() -> Self {
+        ClaimCache(kube::runtime::reflector::store().0)
+    }
+
+    /// The claims `owner` owns, and those of its name that no one owns
+    /// (kept from a deleted owner of the same name, to be adopted).
+    pub fn of(&self, owner: &Owner) -> (Vec<ObservedClaim>, Vec<PersistentVolumeClaim>) {
+        let mut owned = Vec::new();
+        let mut orphans = Vec::new();
+        for c in self.0.state() {
+            if c.namespace().as_deref() != Some(owner.namespace.as_str()) {
+                continue;
+            }
+            let refs = c.owner_references();
+            if refs.iter().any(|r| r.uid == owner.reference.uid) {
+                owned.push(observe(&c));
+            } else if refs.is_empty()
+                && c.labels().get(INSTANCE_LABEL) == Some(&owner.name)
+                && c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+            {
+                orphans.push((*c).clone());
+            }
+        }
+        (owned, orphans)
+    }
+}
+
+pub fn observe(c: &PersistentVolumeClaim) -> ObservedClaim {
+    ObservedClaim {
+        name: c.name_any(),
+        uid: c.uid().unwrap_or_default(),
+        created: c
+            .creation_timestamp()
+            .map(|t| t.0)
+            .unwrap_or_default(),
+        deleting: c.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// Points the Pod's volume `volume` at `claim`.
+pub fn mount(spec: &mut PodSpec, volume: &str, claim: &str) {
+    for v in spec.volumes.iter_mut().flatten() {
+        if v.name == volume {
+            v.empty_dir = None;
+            v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.to_string(),
+                read_only: None,
+            });
+        }
+    }
+}
+
+/// The labels that tell whose a claim is: the owner's selector labels
+/// (which carry the managed-by label the cache selects on, and the
+/// instance label adoption looks for).
+fn claim_labels(owner: &Owner, template: &ClaimTemplate) -> BTreeMap<String, String> {
+    let mut labels = template.labels.clone();
+    labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
+    labels.insert(INSTANCE_LABEL.to_string(), owner.name.clone());
+    labels
+}
+
+/// The claim a new Pod named `pod` runs on: the chosen free one, or a new
+/// one named after the Pod (a create the client retried finds its own).
+pub async fn claim_for(
+    executor: &Executor,
+    owner: &Owner,
+    template: &ClaimTemplate,
+    choice: &Choice,
+    pod: &str,
+) -> Result<String, Failure> {
+    if let Choice::Reuse(name) = choice {
+        return Ok(name.clone());
+    }
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(pod.to_string()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(claim_labels(owner, template)),
+            owner_references: Some(vec![owner.reference.clone()]),
+            ..Default::default()
+        },
+        spec: Some(template.spec.clone()),
+        status: None,
+    };
+    let result = match api.create(&PostParams::default(), &claim).await {
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+            match api.get_opt(pod).await {
+                Ok(Some(c))
+                    if c
+                        .owner_references()
+                        .iter()
+                        .any(|r| r.uid == owner.reference.uid) =>
+                {
+                    Ok(())
+                }
+                Ok(_) => Err(kube::Error::Api(s)),
+                Err(e) => Err(e),
+            }
+        }
+        other => other.map(drop),
+    };
+    match result {
+        Ok(()) => {
+            executor.event_in_background(
+                owner,
+                EventType::Normal,
+                "SuccessfulCreateClaim",
+                "Create",
+                format!("Created PersistentVolumeClaim {pod}"),
+            );
+            Ok(pod.to_string())
+        }
+        Err(e) => {
+            let message = format!(
+                "Error creating PersistentVolumeClaim {pod}: {}",
+                api_message(&e)
+            );
+            warn!(claim = %pod, error = %e, "claim create failed");
+            executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "FailedCreateClaim",
+                    "Create",
+                    message.clone(),
+                )
+                .await;
+            Err(Failure {
+                reason: "FailedCreateClaim",
+                message,
+            })
+        }
+    }
+}
+
+/// Takes claims kept from a deleted owner of the same name: they get the
+/// owner's reference (and so follow its retention policy).
+pub async fn adopt(
+    executor: &Executor,
+    owner: &Owner,
+    orphans: &[PersistentVolumeClaim],
+) -> Result<(), Failure> {
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    let mut adopted = Vec::new();
+    for c in orphans {
+        let patch = serde_json::json!({
+            "metadata": {
+                "ownerReferences": [owner.reference],
+                "resourceVersion": c.resource_version(),
+            }
+        });
+        if let Err(e) = api
+            .patch_metadata(&c.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            return Err(claim_failure(executor, owner, "FailedAdoptClaim", &c.name_any(), &e).await);
+        }
+        adopted.push(c.name_any());
+    }
+    executor.event_in_background(
+        owner,
+        EventType::Normal,
+        "AdoptedClaims",
+        "Adopt",
+        format!(
+            "{}, kept from a deleted {} of this name",
+            summary("Adopted PersistentVolumeClaims", &adopted),
+            owner.reference.kind
+        ),
+    );
+    Ok(())
+}
+
+async fn claim_failure(
+    executor: &Executor,
+    owner: &Owner,
+    reason: &'static str,
+    claim: &str,
+    e: &kube::Error,
+) -> Failure {
+    let message = format!("PersistentVolumeClaim {claim}: {}", api_message(e));
+    warn!(claim, error = %e, reason, "claim write failed");
+    executor
+        .event(owner, EventType::Warning, reason, "Claim", message.clone())
+        .await;
+    Failure { reason, message }
+}
+
+/// Deletes claims (with a uid precondition), saying why in one Event.
+pub async fn delete(
+    executor: &Executor,
+    owner: &Owner,
+    claims: &[&ObservedClaim],
+    why: &str,
+) -> Result<(), Failure> {
+    if claims.is_empty() {
+        return Ok(());
+    }
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    let mut deleted = Vec::new();
+    for c in claims {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(c.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match metadata_only::delete(&api, &c.name, &params).await {
+            Ok(()) => deleted.push(c.name.clone()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                return Err(claim_failure(executor, owner, "FailedDeleteClaim", &c.name, &e).await);
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        executor.event_in_background(
+            owner,
+            EventType::Normal,
+            "DeletedClaims",
+            "Delete",
+            format!("{} ({why})", summary("Deleted PersistentVolumeClaims", &deleted)),
+        );
+    }
+    Ok(())
+}
+
+/// Lets claims go at the owner's deletion (`whenDeleted: Retain`): their
+/// owner reference is removed, so the garbage collector keeps them and an
+/// owner of the same name created later adopts them.
+pub async fn release(
+    executor: &Executor,
+    owner: &Owner,
+    claims: &[ObservedClaim],
+) -> Result<(), Failure> {
+    if claims.is_empty() {
+        return Ok(());
+    }
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    let mut kept = Vec::new();
+    for c in claims {
+        // The uid makes it a conflict for another claim of the same name.
+        let patch = serde_json::json!({
+            "metadata": {"uid": c.uid, "ownerReferences": null}
+        });
+        match api
+            .patch_metadata(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => kept.push(c.name.clone()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                return Err(claim_failure(executor, owner, "FailedReleaseClaim", &c.name, &e).await);
+            }
+        }
+    }
+    executor
+        .event(
+            owner,
+            EventType::Normal,
+            "KeptClaims",
+            "Cleanup",
+            format!(
+                "{} (retention whenDeleted: Retain); a {} of the same name created later takes them back",
+                summary("Kept PersistentVolumeClaims", &kept),
+                owner.reference.kind
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+/// The storage a claim (or a claim spec) requests, in bytes.
+fn requested(spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>) -> Option<u64> {
+    let q = spec?.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+    crate::redis::replication::config::quantity_bytes(q)
+}
+
+/// Grows the owner's claims that request less than the template (a
+/// StorageClass with `allowVolumeExpansion` resizes the volume; the API
+/// server refuses it otherwise, and the refusal is the step's failure).
+pub async fn expand(
+    executor: &Executor,
+    cache: &ClaimCache,
+    owner: &Owner,
+    template: &ClaimTemplate,
+) -> Result<(), Failure> {
+    let Some(want) = requested(Some(&template.spec)) else {
+        return Ok(());
+    };
+    let size = template
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .cloned();
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    for c in cache.0.state() {
+        let ours = c.namespace().as_deref() == Some(owner.namespace.as_str())
+            && c.owner_references()
+                .iter()
+                .any(|r| r.uid == owner.reference.uid);
+        if !ours || c.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if requested(c.spec.as_ref()).is_none_or(|have| have >= want) {
+            continue;
+        }
+        let patch = serde_json::json!({
+            "spec": {"resources": {"requests": {"storage": size}}}
+        });
+        match api
+            .patch(&c.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => executor.event_in_background(
+                owner,
+                EventType::Normal,
+                "ExpandingClaim",
+                "Expand",
+                format!(
+                    "Asked for PersistentVolumeClaim {} to grow to {}",
+                    c.name_any(),
+                    size.as_ref().map(|q| q.0.as_str()).unwrap_or_default()
+                ),
+            ),
+            Err(e) => {
+                return Err(claim_failure(executor, owner, "ClaimNotExpandable", &c.name_any(), &e).await);
+            }
+        }
+    }
+    Ok(())
+}
