@@ -259,7 +259,12 @@ pub async fn run(
         _ = stop.clone() => return stopped(leadership, &lost, &shutdown).await,
     }
     let redis_ctx = Ctx::<Redis>::new(
-        Context::new(client.clone(), executor.clone(), pods.clone(), claims.clone()),
+        Context::new(
+            client.clone(),
+            executor.clone(),
+            pods.clone(),
+            claims.clone(),
+        ),
         ReplicationExtras::new(
             ServiceApplier::new(
                 client.clone(),

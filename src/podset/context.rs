@@ -27,7 +27,12 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, executor: Executor, pods: PodCache, claims: ClaimCache) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        executor: Executor,
+        pods: PodCache,
+        claims: ClaimCache,
+    ) -> Arc<Self> {
         Arc::new(Self {
             claims,
             status: status::StatusWriter::new(client.clone()),

@@ -13,11 +13,11 @@ use tracing::{debug, warn};
 
 use crate::api::names::RESIZE_REFUSED_ANNOTATION;
 use crate::metrics::Metrics;
-use crate::podset::claims::{ClaimTemplate, Choice};
+use crate::podset::claims::{Choice, ClaimTemplate};
 use crate::podset::expectations::Expectations;
-use crate::podset::volumes;
 use crate::podset::inplace::{self, Change};
 use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
+use crate::podset::volumes;
 use crate::runtime::events::{EventRecorder, EventType};
 use crate::runtime::failure::{Failure, api_message};
 use crate::runtime::metadata_only;

@@ -45,8 +45,8 @@ use crate::api::names::ORPHAN_FINALIZER;
 use crate::api::names::{FIELD_MANAGER, FINALIZER};
 use crate::podset::claims::{self, ClaimTemplate};
 use crate::podset::executor::{Claims, Outcome, summary};
-use crate::podset::volumes;
 use crate::podset::plan::{DeleteReason, Desired, Plan, Strategy, plan, victim};
+use crate::podset::volumes;
 use crate::podset::{Context, ObservedPod};
 use crate::runtime::events::EventType;
 use crate::runtime::failure::Failure;
@@ -477,11 +477,23 @@ async fn assign_claims(
 /// With claims and nothing else to do: claims left free by a scale-down
 /// are deleted (`whenScaled: Delete`), and claims smaller than asked for
 /// are expanded.
-async fn tidy_claims(ctx: &Context, owner: &Owner, template: &ClaimTemplate, pods: &[ObservedPod], replicas: i32) -> Result<(), Failure> {
+async fn tidy_claims(
+    ctx: &Context,
+    owner: &Owner,
+    template: &ClaimTemplate,
+    pods: &[ObservedPod],
+    replicas: i32,
+) -> Result<(), Failure> {
     let (owned, _) = ctx.claims.of(owner);
     if template.delete_when_scaled {
         let surplus = claims::surplus(&owned, pods, replicas, template.prefer.as_deref());
-        volumes::delete(&ctx.executor, owner, &surplus, "scaled down; retention whenScaled: Delete").await?;
+        volumes::delete(
+            &ctx.executor,
+            owner,
+            &surplus,
+            "scaled down; retention whenScaled: Delete",
+        )
+        .await?;
     }
     volumes::expand(&ctx.executor, &ctx.claims, owner, template).await
 }
@@ -500,7 +512,9 @@ async fn act<K: PodSet>(
     if plan.create == 0 && plan.delete.is_empty() && plan.in_place.is_empty() {
         let mut outcome = Outcome::default();
         if let Some(t) = obj.claims() {
-            outcome.failure = tidy_claims(ctx, owner, &t, pods, obj.replicas()).await.err();
+            outcome.failure = tidy_claims(ctx, owner, &t, pods, obj.replicas())
+                .await
+                .err();
         }
         return outcome;
     }
@@ -604,7 +618,13 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
         let (owned, _) = inner.claims.of(&owner);
         let result = if t.delete_when_deleted {
             let doomed: Vec<_> = owned.iter().filter(|c| !c.deleting).collect();
-            volumes::delete(&inner.executor, &owner, &doomed, "owner deleted; retention whenDeleted: Delete").await
+            volumes::delete(
+                &inner.executor,
+                &owner,
+                &doomed,
+                "owner deleted; retention whenDeleted: Delete",
+            )
+            .await
         } else {
             volumes::release(&inner.executor, &owner, &owned).await
         };

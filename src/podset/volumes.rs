@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use tracing::warn;
 
 use crate::api::names::{INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::podset::claims::{ClaimTemplate, Choice, ObservedClaim};
+use crate::podset::claims::{Choice, ClaimTemplate, ObservedClaim};
 use crate::podset::executor::{Executor, summary};
 use crate::runtime::events::EventType;
 use crate::runtime::failure::{Failure, api_message};
@@ -60,10 +60,7 @@ pub fn observe(c: &PersistentVolumeClaim) -> ObservedClaim {
     ObservedClaim {
         name: c.name_any(),
         uid: c.uid().unwrap_or_default(),
-        created: c
-            .creation_timestamp()
-            .map(|t| t.0)
-            .unwrap_or_default(),
+        created: c.creation_timestamp().map(|t| t.0).unwrap_or_default(),
         deleting: c.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -120,8 +117,7 @@ pub async fn claim_for(
         Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
             match api.get_opt(pod).await {
                 Ok(Some(c))
-                    if c
-                        .owner_references()
+                    if c.owner_references()
                         .iter()
                         .any(|r| r.uid == owner.reference.uid) =>
                 {
@@ -188,10 +184,16 @@ pub async fn adopt(
             }
         });
         if let Err(e) = api
-            .patch_metadata(&c.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_metadata(
+                &c.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
-            return Err(claim_failure(executor, owner, "FailedAdoptClaim", &c.name_any(), &e).await);
+            return Err(
+                claim_failure(executor, owner, "FailedAdoptClaim", &c.name_any(), &e).await,
+            );
         }
         adopted.push(c.name_any());
     }
@@ -259,7 +261,10 @@ pub async fn delete(
             EventType::Normal,
             "DeletedClaims",
             "Delete",
-            format!("{} ({why})", summary("Deleted PersistentVolumeClaims", &deleted)),
+            format!(
+                "{} ({why})",
+                summary("Deleted PersistentVolumeClaims", &deleted)
+            ),
         );
     }
     Ok(())
@@ -291,7 +296,9 @@ pub async fn release(
             Ok(_) => kept.push(c.name.clone()),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                return Err(claim_failure(executor, owner, "FailedReleaseClaim", &c.name, &e).await);
+                return Err(
+                    claim_failure(executor, owner, "FailedReleaseClaim", &c.name, &e).await,
+                );
             }
         }
     }
@@ -313,7 +320,12 @@ pub async fn release(
 
 /// The storage a claim (or a claim spec) requests, in bytes.
 fn requested(spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>) -> Option<u64> {
-    let q = spec?.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+    let q = spec?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")?;
     crate::redis::replication::config::quantity_bytes(q)
 }
 
@@ -353,7 +365,11 @@ pub async fn expand(
             "spec": {"resources": {"requests": {"storage": size}}}
         });
         match api
-            .patch(&c.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &c.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => executor.event_in_background(
@@ -368,7 +384,14 @@ pub async fn expand(
                 ),
             ),
             Err(e) => {
-                return Err(claim_failure(executor, owner, "ClaimNotExpandable", &c.name_any(), &e).await);
+                return Err(claim_failure(
+                    executor,
+                    owner,
+                    "ClaimNotExpandable",
+                    &c.name_any(),
+                    &e,
+                )
+                .await);
             }
         }
     }

@@ -14,10 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use crate::api::Redis;
-use crate::api::redis::Retention;
-use crate::podset::claims::ClaimTemplate;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
+use crate::api::redis::Retention;
+use crate::podset::claims::ClaimTemplate;
 use crate::podset::revision::stamp;
 use crate::redis::replication::config::{config_args, server_command};
 
@@ -63,7 +63,8 @@ pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> 
         .map(|a| a.to_string())
         .collect();
     args.extend(
-        config_args(&spec.config, memory_limit, spec.storage.is_some()).map_err(|e| e.to_string())?,
+        config_args(&spec.config, memory_limit, spec.storage.is_some())
+            .map_err(|e| e.to_string())?,
     );
     let port =
         u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;

@@ -22,4 +22,5 @@ mod redis_wiring;
 mod reliability;
 mod ship;
 mod simulated;
+mod storage;
 mod transients;

@@ -363,12 +363,26 @@ mod tests {
         let args = config_args(&BTreeMap::new(), None, true).unwrap();
         assert_eq!(
             args,
-            ["--appendfsync", "everysec", "--appendonly", "yes", "--save", ""]
+            [
+                "--appendfsync",
+                "everysec",
+                "--appendonly",
+                "yes",
+                "--save",
+                ""
+            ]
         );
         let args = config_args(&map(&[("appendfsync", "always")]), None, true).unwrap();
         assert_eq!(
             args,
-            ["--appendfsync", "always", "--appendonly", "yes", "--save", ""]
+            [
+                "--appendfsync",
+                "always",
+                "--appendonly",
+                "yes",
+                "--save",
+                ""
+            ]
         );
         let args = config_args(&map(&[("appendonly", "no")]), None, true).unwrap();
         assert!(args.windows(2).any(|w| w == ["--appendonly", "no"]));

@@ -729,9 +729,9 @@ pub fn plan(
             }
         },
     };
-    let record = primary
-        .info()
-        .map(|i| RecordedPrimary::next(recorded, &primary.pod, &i.run_id, primary.claim.as_deref()));
+    let record = primary.info().map(|i| {
+        RecordedPrimary::next(recorded, &primary.pod, &i.run_id, primary.claim.as_deref())
+    });
     let mut actions = converge(members, primary, promote);
     let mut waiting = None;
     if actions.is_empty() && (primary.retiring || primary.deleting) {
