@@ -327,6 +327,25 @@ pub fn control_plane_kubectl(name: &str, args: &[&str]) -> Result<String, Error>
     docker::output(&all)
 }
 
+/// kubectl inside the control-plane node, as [`control_plane_kubectl`], with
+/// `input` on its stdin (`apply -f -`).
+pub fn control_plane_kubectl_input(
+    name: &str,
+    args: &[&str],
+    input: &str,
+) -> Result<String, Error> {
+    let node = control_plane(name);
+    let mut all = vec![
+        "exec",
+        "-i",
+        node.as_str(),
+        "kubectl",
+        "--kubeconfig=/etc/kubernetes/admin.conf",
+    ];
+    all.extend_from_slice(args);
+    docker::output_with_input(&all, input)
+}
+
 /// Writes each node's CNI configuration and routes (idempotent), once all
 /// `expected` nodes have a Pod CIDR.
 fn network(name: &str, expected: usize) -> Result<(), Error> {

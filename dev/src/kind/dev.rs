@@ -52,6 +52,10 @@ pub async fn run(
     );
     println!("  kubectl apply -f samples/redis-kind.yaml");
     println!(
+        "podkeeper: PersistentVolumeClaims without a class bind through the default StorageClass `{}` (local-path-provisioner)",
+        super::storage::STORAGE_CLASS
+    );
+    println!(
         "podkeeper: the cluster stays after Ctrl-C; `cargo run -- kind down --name {name}` (podkeeper-dev) deletes it"
     );
     println!("podkeeper: ready");

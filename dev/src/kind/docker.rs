@@ -110,3 +110,36 @@ pub fn output(args: &[&str]) -> Result<String, Error> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Output of a docker command that must succeed, with `input` on its stdin.
+pub fn output_with_input(args: &[&str], input: &str) -> Result<String, Error> {
+    use std::io::Write;
+    let mut child = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io("running docker".into(), e))?;
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    // Written from a thread of its own: docker may fill its output pipes
+    // before it has read all of its input.
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::io("waiting for docker".into(), e))?;
+    let written = writer.join().unwrap_or_else(|_| {
+        Err(std::io::Error::other(
+            "the thread writing docker's input panicked",
+        ))
+    });
+    if !out.status.success() {
+        return Err(Error::Step {
+            what: format!("docker {}", args.join(" ")),
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    written.map_err(|e| Error::io("writing docker's input".into(), e))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

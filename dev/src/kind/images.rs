@@ -5,7 +5,10 @@
 //!   control plane, kube-proxy, CoreDNS, pause), preloaded into the node
 //!   image;
 //! - workload images (Debian's redis-server, busybox's httpd), loaded into
-//!   a cluster with `kind load`.
+//!   a cluster with `kind load`;
+//! - the default StorageClass's provisioner (rancher's local-path-provisioner)
+//!   and its helper Pods' busybox, loaded the same way (see
+//!   [`super::storage`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,6 +208,38 @@ pub fn httpd_image(busybox: PathBuf, index_html: PathBuf) -> ImageSpec {
             "EXPOSE 80".into(),
             "ENTRYPOINT [\"/bin/busybox\", \"httpd\", \"-f\", \"-v\", \"-p\", \"80\", \"-h\", \"/www\"]"
                 .into(),
+        ],
+    }
+}
+
+/// rancher's local-path-provisioner alone on `scratch`: a static Go program
+/// that only talks to the API server (in-cluster configuration, its
+/// configuration files mounted from its ConfigMap), so it runs as a non-root
+/// user with nothing else in the image.
+pub fn local_path_provisioner_image(tools: &Tools) -> ImageSpec {
+    let mut spec = scratch_binary(
+        v::local_path_provisioner_image(),
+        tools.local_path_provisioner.join("local-path-provisioner"),
+        "/usr/local/bin/local-path-provisioner",
+        Some("/usr/local/bin/local-path-provisioner"),
+    );
+    spec.config.push("USER 65532:65532".into());
+    spec
+}
+
+/// The local-path-provisioner's helper Pods: Debian's static busybox with
+/// its applets linked into /bin (the provisioner runs `/bin/sh
+/// /script/setup` and `/bin/sh /script/teardown`, which call `mkdir` and
+/// `rm`). The links are made by running busybox itself at build time.
+pub fn local_path_helper_image(busybox: PathBuf) -> ImageSpec {
+    ImageSpec {
+        name: v::local_path_helper_image(),
+        base: Base::Scratch,
+        files: vec![(busybox, "/bin/busybox".into())],
+        config: vec![
+            PATH_ENV.into(),
+            "RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]".into(),
+            "CMD [\"/bin/sh\"]".into(),
         ],
     }
 }

@@ -10,6 +10,8 @@
 //! - [`images`]: the cluster and workload images.
 //! - [`node_image`]: the node image.
 //! - [`cluster`]: the kind configuration, the cluster and its Pod network.
+//! - [`storage`]: the default StorageClass and its provisioner
+//!   (local-path-provisioner).
 //! - [`preflight`]: whether an engine answers and a first build can run,
 //!   for `dev`'s choice of cluster.
 
@@ -22,6 +24,7 @@ pub mod images;
 pub mod node_image;
 pub mod preflight;
 pub mod rootfs;
+pub mod storage;
 pub mod tools;
 pub mod versions;
 
@@ -141,15 +144,39 @@ pub fn ensure_workload_images() -> Result<Vec<String>, Error> {
     Ok(names)
 }
 
+/// The images of the default StorageClass's provisioner ([`storage`]):
+/// the local-path-provisioner's and its helper Pods' busybox, built if
+/// missing.
+pub fn ensure_storage_images(tools: &tools::Tools) -> Result<Vec<String>, Error> {
+    let _lock = build_lock()?;
+    let cache = cache_root();
+    let busybox = images::ensure_busybox(&cache)?;
+    let specs = [
+        images::local_path_provisioner_image(tools),
+        images::local_path_helper_image(busybox),
+    ];
+    for spec in &specs {
+        spec.ensure(&cache)?;
+    }
+    Ok(specs.into_iter().map(|s| s.name).collect())
+}
+
 /// Everything for a working cluster: the node image, the cluster (created
-/// unless it exists), its Pod network, and the workload images loaded.
-/// Returns the path of a kubeconfig for it.
+/// unless it exists), its Pod network, the workload images loaded, and the
+/// default StorageClass's provisioner deployed and Ready (on a reused
+/// cluster too). Returns the path of a kubeconfig for it.
 pub fn up(opts: &UpOptions) -> Result<PathBuf, Error> {
     let started = Instant::now();
     let (node_image, tools) = ensure_node_image()?;
     let workload = ensure_workload_images()?;
+    let storage_images = ensure_storage_images(&tools)?;
     cluster::create(&tools.kind, &node_image, opts)?;
-    cluster::load(&tools.kind, &opts.name, &workload)?;
+    cluster::load(
+        &tools.kind,
+        &opts.name,
+        &[workload, storage_images].concat(),
+    )?;
+    storage::install(&opts.name)?;
     let path = cache_root()
         .join("kind")
         .join(format!("{}.kubeconfig", opts.name));

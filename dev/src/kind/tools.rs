@@ -28,6 +28,9 @@ pub struct Tools {
     pub coredns: PathBuf,
     /// `pause` (ours, `src/kind/pause/main.go`).
     pub pause: PathBuf,
+    /// `local-path-provisioner` (the default StorageClass's provisioner; not
+    /// part of the node image).
+    pub local_path_provisioner: PathBuf,
     /// The local control plane's etcd and Kubernetes control plane.
     pub control_plane: localcluster::Binaries,
 }
@@ -59,6 +62,7 @@ pub fn ensure_tools() -> Result<Tools, Error> {
         )?,
         coredns: build_if_missing(&root, coredns_build())?,
         pause,
+        local_path_provisioner: build_if_missing(&root, local_path_provisioner_build())?,
         control_plane,
     })
 }
@@ -142,6 +146,19 @@ fn coredns_build() -> GoBuild {
         &require("github.com/coredns/coredns", v::COREDNS),
         &["github.com/coredns/coredns"],
     )
+}
+
+fn local_path_provisioner_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("local-path-provisioner-v{}", v::LOCAL_PATH_PROVISIONER),
+        &require(
+            "github.com/rancher/local-path-provisioner",
+            v::LOCAL_PATH_PROVISIONER,
+        ),
+        &["github.com/rancher/local-path-provisioner"],
+    );
+    b.ldflags = format!("-X main.VERSION=v{}", v::LOCAL_PATH_PROVISIONER);
+    b
 }
 
 /// Our pause: a one-file module written next to the cache's other sources.

@@ -17,6 +17,9 @@ pub const CNI_PLUGINS: &str = "1.9.1";
 /// `PauseVersion` constants): kubeadm asks for exactly these tags.
 pub const COREDNS: &str = "1.14.6";
 pub const PAUSE: &str = "3.10.2";
+/// rancher's local-path-provisioner (`github.com/rancher/local-path-provisioner`),
+/// the dynamic provisioner behind the default StorageClass, as in stock kind.
+pub const LOCAL_PATH_PROVISIONER: &str = "0.0.30";
 
 /// Debian release of every root filesystem (node, kube-proxy, workloads).
 pub const DEBIAN_SUITE: &str = "bookworm";
@@ -46,6 +49,17 @@ pub const HTTPD_ROLLOUT_IMAGES: [&str; 3] = [
     "podkeeper.dev/httpd:busybox-debian-rollout-3",
     "podkeeper.dev/httpd:busybox-debian-rollout-4",
 ];
+
+/// The local-path-provisioner's image and the image of its helper Pods
+/// (Debian's static busybox with its applets linked, for the shell scripts
+/// that create and remove volume directories). Loaded into a cluster with
+/// `kind load`, not preloaded into the node image.
+pub fn local_path_provisioner_image() -> String {
+    format!("{CLUSTER_IMAGE_REPOSITORY}/local-path-provisioner:v{LOCAL_PATH_PROVISIONER}")
+}
+pub fn local_path_helper_image() -> String {
+    format!("{CLUSTER_IMAGE_REPOSITORY}/busybox:{DEBIAN_SUITE}")
+}
 
 /// The etcd image tag (kubeadm's form, `<version>-0`).
 pub fn etcd_tag() -> String {

@@ -1,5 +1,6 @@
 //! `podkeeper dev --kind` as a user runs it: the operator here, against a
-//! kind cluster whose Pods are real containers. (kind-only: these tests
+//! kind cluster whose Pods are real containers, and the cluster's default
+//! StorageClass, a real provisioner. (kind-only: these tests
 //! need the Docker engine and the kind images that `just e2e` builds; the
 //! module's name puts them in CI's `kind` selection.)
 
@@ -8,13 +9,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Api;
+use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use podkeeper::api::Redis;
+use podkeeper_dev::kind::{storage, versions};
 
 use crate::DEV_BIN;
 use crate::dev::{assert_created, endpoints, spawn_dev, stop};
-use crate::harness::{cluster, exec_in, http_get, logs_dir, wait_for};
+use crate::harness::{TestEnv, admin_client, cluster, exec_in, http_get, logs_dir, wait_for};
 
 /// The cluster the first test creates for itself, and deletes.
 const OWN_CLUSTER: &str = "podkeeper-dev-it";
@@ -195,4 +199,180 @@ async fn dev_kind_refuses_to_run_beside_the_deployed_operator() {
     let d = deployments.get("podkeeper").await.unwrap();
     let s = d.status.unwrap_or_default();
     assert_eq!(s.ready_replicas, d.spec.replicas, "{s:?}");
+}
+
+/// A Pod of the Redis image (which has a shell) that mounts claim `claim` at
+/// /data and sleeps; it stops at once when deleted.
+fn pod_on_claim(name: &str, claim: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "main",
+                "image": versions::REDIS_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+        }
+    }))
+    .expect("a Pod")
+}
+
+async fn running_pod(pods: &Api<Pod>, name: &str) -> Pod {
+    wait_for(
+        &format!("Pod {name} to be Ready"),
+        Duration::from_secs(120),
+        || async {
+            let pod = pods.get(name).await.ok()?;
+            let ready = pod
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(pod)
+        },
+    )
+    .await
+}
+
+async fn delete_and_wait<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(
+        &format!("{name} to be gone"),
+        Duration::from_secs(120),
+        || async { api.get_opt(name).await.ok().filter(Option::is_none) },
+    )
+    .await;
+}
+
+/// `kind up` gives every cluster a dynamic provisioner behind its default
+/// StorageClass (local-path-provisioner, `dev/src/kind/storage.rs`): a claim
+/// with no class binds to a directory on the node of the first Pod that uses
+/// it, what that Pod writes there it reads back once deleted and created
+/// again on the same claim, and deleting the claim removes the directory from
+/// the node (the provisioner's helper Pod ran).
+#[tokio::test]
+async fn a_claim_without_a_class_binds_and_keeps_a_file_across_pods() {
+    let env = TestEnv::new("dev-kind-claim").await;
+    let kubeconfig = &cluster().kubeconfig_path;
+    let claims: Api<PersistentVolumeClaim> = env.api();
+    let pods: Api<Pod> = env.api();
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "100Mi"}}
+        }
+    }))
+    .expect("a claim");
+    let claim = claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the claim");
+    // The default class is filled in at admission.
+    let class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone());
+    assert_eq!(class.as_deref(), Some(storage::STORAGE_CLASS));
+
+    pods.create(&PostParams::default(), &pod_on_claim("writer", "data"))
+        .await
+        .expect("create the Pod");
+    let first = running_pod(&pods, "writer").await;
+    let node = first
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("a node");
+    let volume = claims
+        .get("data")
+        .await
+        .expect("the claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the claim is bound");
+    let pv = Api::<PersistentVolume>::all(admin_client().await)
+        .get(&volume)
+        .await
+        .expect("its volume");
+    let pv_spec = pv.spec.expect("a volume spec");
+    assert_eq!(
+        pv_spec.storage_class_name.as_deref(),
+        Some(storage::STORAGE_CLASS)
+    );
+    let path = pv_spec.host_path.expect("a hostPath volume").path;
+    assert!(
+        path.starts_with(&format!("{}/", storage::NODE_PATH)),
+        "{path}"
+    );
+
+    let token = format!("written by the first writer {}", rand::random::<u64>());
+    let (ok, out) = exec_in(
+        kubeconfig,
+        &env.namespace,
+        "writer",
+        &[
+            "sh",
+            "-c",
+            &format!("echo '{token}' > /data/note.txt && cat /data/note.txt"),
+        ],
+    );
+    assert!(ok && out.trim() == token, "write in the Pod: {out}");
+    // The file is in the volume's directory on the node.
+    let on_node = Command::new("docker")
+        .args(["exec", &node, "cat", &format!("{path}/note.txt")])
+        .output()
+        .expect("docker exec");
+    assert_eq!(
+        String::from_utf8_lossy(&on_node.stdout).trim(),
+        token,
+        "{on_node:?}"
+    );
+
+    // The Pod deleted and created again on the same claim reads it back.
+    delete_and_wait(&pods, "writer").await;
+    pods.create(&PostParams::default(), &pod_on_claim("writer", "data"))
+        .await
+        .expect("create the Pod again");
+    let second = running_pod(&pods, "writer").await;
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+    assert_eq!(
+        second.spec.and_then(|s| s.node_name).as_deref(),
+        Some(node.as_str()),
+        "the volume's node affinity keeps its Pods on its node"
+    );
+    let (ok, out) = exec_in(
+        kubeconfig,
+        &env.namespace,
+        "writer",
+        &["cat", "/data/note.txt"],
+    );
+    assert!(ok && out.trim() == token, "read in the new Pod: {out}");
+
+    // Reclaim policy Delete: the volume and its directory go with the claim.
+    delete_and_wait(&pods, "writer").await;
+    delete_and_wait(&claims, "data").await;
+    let volumes = Api::<PersistentVolume>::all(admin_client().await);
+    wait_for(
+        "the claim's volume to be deleted",
+        Duration::from_secs(120),
+        || async { volumes.get_opt(&volume).await.ok().filter(Option::is_none) },
+    )
+    .await;
+    let exists = Command::new("docker")
+        .args(["exec", &node, "test", "-e", &path])
+        .status()
+        .expect("docker exec");
+    assert!(!exists.success(), "{path} is still on {node}");
 }
