@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Error as ControllerError};
@@ -27,7 +28,7 @@ use crate::podset::expectations::Expectations;
 use crate::podset::reconcile::{self as podset, Ctx};
 use crate::podset::volumes::ClaimCache;
 use crate::podset::watch as pod_watch;
-use crate::redis::hooks::ReplicationExtras;
+use crate::redis::hooks::{Disruptions, ReplicationExtras};
 use crate::runtime;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::service_applier::ServiceApplier;
@@ -212,6 +213,8 @@ pub async fn run(
     // And so do the Redis members' observing tasks, when an answer changes.
     let redis_observed = redis_tx.clone();
     let (redis_relist_tx, redis_relist_rx) = unbounded();
+    // A node cordoned: every Redis looks at its members' nodes again.
+    let cordon_wake = redis_relist_tx.clone();
     let (app_relist_tx, app_relist_rx) = unbounded();
     let (pods, pod_driver) = pod_watch::start(
         client.clone(),
@@ -252,6 +255,8 @@ pub async fn run(
     let service_task = AbortOnDrop(tokio::spawn(service_driver));
     let (claims, claim_driver) = claim_watch(&client, namespace);
     let claim_task = AbortOnDrop(tokio::spawn(claim_driver));
+    let (disruptions, disruption_driver) = disruption_watch(&client, namespace, cordon_wake);
+    let disruption_task = AbortOnDrop(tokio::spawn(disruption_driver));
     // A new Pod takes a claim no Pod holds: planned from a cache without its
     // first list, it would get an empty new one instead.
     tokio::select! {
@@ -275,7 +280,8 @@ pub async fn run(
             ),
             (args.redis_connect == Some(RedisConnect::PortForward)).then(|| client.clone()),
             Some(redis_observed),
-        ),
+        )
+        .with_disruptions(disruptions),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let app_ctx = application_context(
@@ -338,6 +344,7 @@ pub async fn run(
     }
     drop(service_task);
     drop(claim_task);
+    drop(disruption_task);
     drop(pod_task);
     stopped(leadership, &lost, &shutdown).await
 }
@@ -429,6 +436,54 @@ fn claim_watch(
     )
     .for_each(|_| async {});
     (ClaimCache(store), driver)
+}
+
+/// The caches of the PodDisruptionBudgets podkeeper made (label selected)
+/// and of the nodes (without their status), and the task that fills them
+/// and asks every Redis to look again when a node is cordoned (a primary
+/// there is switched over before a drain evicts it).
+fn disruption_watch(
+    client: &Client,
+    namespace: Option<&str>,
+    cordoned: UnboundedSender<()>,
+) -> (Disruptions, impl Future<Output = ()> + Send + 'static) {
+    let (budgets, budget_writer) = reflector::store();
+    let config =
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let budget_driver = reflector::reflector(
+        budget_writer,
+        watcher(scoped::<PodDisruptionBudget>(client, namespace), config)
+            .default_backoff()
+            .modify(|b: &mut PodDisruptionBudget| b.metadata.managed_fields = None),
+    )
+    .for_each(|_| async {});
+    let (nodes, node_writer) = reflector::store();
+    let mut was_cordoned = std::collections::HashSet::new();
+    let node_driver = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(|n: &mut Node| {
+                n.metadata.managed_fields = None;
+                n.status = None;
+            }),
+    )
+    .applied_objects()
+    .for_each(move |node| {
+        if let Ok(node) = node {
+            let now = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            if now && was_cordoned.insert(node.name_any()) {
+                let _ = cordoned.unbounded_send(());
+            } else if !now {
+                was_cordoned.remove(&node.name_any());
+            }
+        }
+        async {}
+    });
+    let driver = async move {
+        futures::join!(budget_driver, node_driver);
+    };
+    (Disruptions { budgets, nodes }, driver)
 }
 
 /// The one cache of the Services podkeeper manages (label selected,

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
@@ -28,8 +29,8 @@ use crate::podset::{Context, ObservedPod};
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
-use crate::redis::rollout;
 use crate::redis::services::{desired_services, service_names};
+use crate::redis::{disruption, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
 use crate::runtime::failure::{Failure, api_message};
@@ -37,6 +38,26 @@ use crate::runtime::owner::Owner;
 use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{cleanup_services, owned_named, owned_services, service_in_sync};
 use crate::runtime::status::Pace;
+
+/// A budget podkeeper could not write: a Warning Event and the step's
+/// failure.
+async fn budget_failure(ctx: &Context, owner: &Owner, name: &str, e: &kube::Error) -> Failure {
+    let message = format!("PodDisruptionBudget {name}: {}", api_message(e));
+    tracing::warn!(budget = %name, error = %e, "budget write failed");
+    ctx.executor
+        .event(
+            owner,
+            EventType::Warning,
+            "FailedDisruptionBudget",
+            "Apply",
+            message.clone(),
+        )
+        .await;
+    Failure {
+        reason: "FailedDisruptionBudget",
+        message,
+    }
+}
 
 /// How often to look again while no member answers at all.
 pub const SILENT_PERIOD: Duration = Duration::from_secs(30);
@@ -70,6 +91,18 @@ pub struct ReplicationExtras {
     /// Asks the controller for a reconcile of a Redis (its members' answers
     /// changed).
     wake: Option<UnboundedSender<ObjectRef<Redis>>>,
+    /// The budgets and the nodes (see [`crate::redis::disruption`]); none
+    /// in unit tests.
+    disruptions: Option<Disruptions>,
+}
+
+/// The caches [`crate::redis::disruption`] reads.
+#[derive(Clone)]
+pub struct Disruptions {
+    /// The PodDisruptionBudgets podkeeper made (label-selected).
+    pub budgets: Store<PodDisruptionBudget>,
+    /// Every node, without its status.
+    pub nodes: Store<Node>,
 }
 
 impl ReplicationExtras {
@@ -83,6 +116,7 @@ impl ReplicationExtras {
             applier,
             port_forward,
             wake,
+            disruptions: None,
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -99,6 +133,65 @@ impl ReplicationExtras {
                 }
             },
         }
+    }
+
+    /// With the budget and node caches: budgets applied, cordons seen.
+    pub fn with_disruptions(mut self, disruptions: Disruptions) -> Self {
+        self.disruptions = Some(disruptions);
+        self
+    }
+
+    /// The members on cordoned nodes.
+    fn cordoned(&self, pods: &[Arc<Pod>]) -> Vec<String> {
+        let Some(d) = &self.disruptions else {
+            return Vec::new();
+        };
+        disruption::on_cordoned_nodes(pods, &disruption::cordoned(&d.nodes.state()))
+    }
+
+    /// Applies the budgets the cache does not show as wanted (server-side
+    /// apply), and deletes the primary's budget of a Redis of one member.
+    async fn apply_budgets(&self, redis: &Redis, ctx: &Context, owner: &Owner) -> Option<Failure> {
+        let d = self.disruptions.as_ref()?;
+        let live: Vec<Arc<PodDisruptionBudget>> = d
+            .budgets
+            .state()
+            .into_iter()
+            .filter(|b| {
+                b.namespace().as_deref() == Some(owner.namespace.as_str())
+                    && b.owner_references()
+                        .iter()
+                        .any(|r| r.uid == owner.reference.uid)
+            })
+            .collect();
+        let want = disruption::desired_budgets(redis, owner);
+        let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for w in &want {
+            let name = w.name_any();
+            if live
+                .iter()
+                .any(|l| l.name_any() == name && disruption::budget_in_sync(w, l))
+            {
+                continue;
+            }
+            if let Err(e) = api.patch(&name, &params, &Patch::Apply(w)).await {
+                return Some(budget_failure(ctx, owner, &name, &e).await);
+            }
+        }
+        for l in &live {
+            let name = l.name_any();
+            if want.iter().all(|w| w.name_any() != name)
+                && disruption::budget_names(redis).contains(&name)
+            {
+                match api.delete(&name, &Default::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Some(budget_failure(ctx, owner, &name, &e).await),
+                }
+            }
+        }
+        None
     }
 
     fn silence(&self, owner: &Owner) -> Arc<Memory> {
@@ -460,8 +553,12 @@ impl Extras<Redis> for ReplicationExtras {
         // Redis's order of a rollout (`rollout.rs`): replicas first, the
         // primary handed over, then the old primary.
         let recorded_pod = recorded.as_ref().map(|r| r.pod.clone());
-        let retiring = rollout::before_round(plan, observed, desired, recorded_pod.as_deref());
+        let mut retiring = rollout::before_round(plan, observed, desired, recorded_pod.as_deref());
         let pods = ctx.pods.owned(&owner.namespace, &owner.reference.uid);
+        // A primary on a cordoned node is switched over before a drain
+        // evicts it (its budget refuses the eviction until then), and no
+        // switchover goes to a member there.
+        retiring.extend(self.cordoned(&pods));
         let password = match password(redis, ctx, owner).await {
             Ok(p) => p,
             Err(message) => {
@@ -639,10 +736,11 @@ impl Extras<Redis> for ReplicationExtras {
     async fn apply(
         &self,
         redis: &Redis,
-        _: &Context,
+        ctx: &Context,
         owner: &Owner,
         mut steer: Replication,
     ) -> (Replication, Option<Failure>) {
+        let budget_failure = self.apply_budgets(redis, ctx, owner).await;
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`crate::runtime::service_applier`]).
         let owned = owned_named(self.applier.services(), owner, &service_names(redis));
@@ -656,7 +754,7 @@ impl Extras<Redis> for ReplicationExtras {
         });
         steer.services_pending = changes.iter().map(|c| c.want.name_any()).collect();
         let failure = self.applier.step(owner, changes);
-        (steer, failure)
+        (steer, failure.or(budget_failure))
     }
 
     fn kept(&self, redis: &Redis) -> Replication {

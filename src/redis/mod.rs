@@ -1,8 +1,9 @@
 //! Redis as a [`PodSet`]: its Pod template ([`pod`]), Services
-//! ([`services`]), rollout order ([`rollout`]) and status ([`status`]), all
-//! pure, and its I/O hooks ([`hooks`]); the generic reconciler in [`crate::podset::reconcile`] does the
+//! ([`services`]), rollout order ([`rollout`]), disruption budgets and
+//! cordons ([`disruption`]) and status ([`status`]), all pure, and its I/O hooks ([`hooks`]); the generic reconciler in [`crate::podset::reconcile`] does the
 //! rest.
 
+pub mod disruption;
 pub mod hooks;
 pub mod pod;
 pub mod replication;

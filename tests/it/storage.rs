@@ -453,3 +453,84 @@ async fn storage_that_would_lose_data_or_cannot_work_is_refused_at_admission() {
         other => panic!("admitted: {other:?}"),
     }
 }
+
+/// Evicts `pod` through the eviction API (what `kubectl drain` does):
+/// `Ok` when evicted, `Err(code)` when refused.
+async fn evict(env: &TestEnv, pod: &str) -> Result<(), u16> {
+    let pods: Api<Pod> = env.api();
+    match pods.evict(pod, &kube::api::EvictParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) => Err(s.code),
+        Err(e) => panic!("evict {pod}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_disruption_budget_lets_one_member_go_at_a_time_and_the_primary_budget_follows_the_size()
+{
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let env = TestEnv::new("storage-budget").await;
+    let mut op = env.start_operator();
+    crate::redis::create(&env, "pace", 3).await;
+    let (_, pods) = converged(&env, "pace", 3).await;
+    let budgets: Api<PodDisruptionBudget> = env.api();
+    let max_unavailable = |b: &PodDisruptionBudget| {
+        serde_json::to_value(&b.spec.as_ref().unwrap().max_unavailable).unwrap()
+    };
+    let both = wait_for(
+        "both budgets, counted by the disruption controller",
+        TIMEOUT,
+        || async {
+            let b = budgets.list(&ListParams::default()).await.ok()?.items;
+            let all = b.iter().find(|b| b.name_any() == "pace")?;
+            let counted = all.status.as_ref()?.expected_pods == Some(3)
+                && all.status.as_ref()?.disruptions_allowed == Some(1);
+            (b.len() == 2 && counted).then_some(b)
+        },
+    )
+    .await;
+    for b in &both {
+        match b.name_any().as_str() {
+            "pace" => assert_eq!(max_unavailable(b), json!(1)),
+            "pace-primary" => assert_eq!(max_unavailable(b), json!(0)),
+            other => panic!("unexpected budget {other}"),
+        }
+    }
+    // A drain takes one member; the next eviction waits for its successor.
+    assert_eq!(evict(&env, &pods[0].name_any()).await, Ok(()));
+    assert_eq!(
+        evict(&env, &pods[1].name_any()).await,
+        Err(429),
+        "a second member at once"
+    );
+    converged(&env, "pace", 3).await;
+    wait_for("the budget to allow one again", TIMEOUT, || async {
+        let b = budgets.get("pace").await.ok()?;
+        (b.status?.disruptions_allowed == Some(1)).then_some(())
+    })
+    .await;
+    assert_eq!(evict(&env, &pods[1].name_any()).await, Ok(()));
+
+    // One member has no one to hand over to: no primary budget.
+    scale(&env, "pace", 1).await;
+    converged(&env, "pace", 1).await;
+    wait_for("the primary's budget gone", TIMEOUT, || async {
+        budgets
+            .get_opt("pace-primary")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // A budget deleted by hand comes back.
+    budgets
+        .delete("pace", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the budget back", TIMEOUT, || async {
+        budgets.get_opt("pace").await.ok()?.map(|_| ())
+    })
+    .await;
+    op.assert_running();
+}
