@@ -102,8 +102,8 @@ impl Executor {
         outcome: &mut Outcome,
     ) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
-        let mut created = Vec::new();
-        self.create_batches(&api, owner, template, count, claims, &mut created, outcome)
+        let created = self
+            .create_batches(&api, owner, template, count, claims, outcome)
             .await;
         if !created.is_empty() {
             self.event_in_background(
@@ -123,9 +123,9 @@ impl Executor {
         template: &PodTemplateSpec,
         count: usize,
         claims: Option<Claims<'_>>,
-        created: &mut Vec<String>,
         outcome: &mut Outcome,
-    ) {
+    ) -> Vec<String> {
+        let mut created = Vec::new();
         let mut batch = 1usize;
         let mut remaining = count;
         while remaining > 0 {
@@ -154,11 +154,12 @@ impl Executor {
                 if skipped > 0 {
                     debug!(skipped, "slow start stopped after a failed create");
                 }
-                return;
+                return created;
             }
             remaining -= size;
             batch *= 2;
         }
+        created
     }
 
     async fn create_one(

@@ -6,17 +6,26 @@
 //!
 //! Two budgets per Redis of two members or more:
 //!
-//! - `<name>`: every member, `maxUnavailable: 1`: one member down at a
-//!   time, so a drain never takes the primary and a replica together.
-//! - `<name>-primary`: the member labelled primary, `maxUnavailable: 0`:
+//! - `<name>`: every member, `minAvailable: replicas - 1`: one member
+//!   down at a time, so a drain never takes the primary and a replica
+//!   together.
+//! - `<name>-primary`: the member labelled primary, `minAvailable: 1`:
 //!   the eviction API refuses to evict the primary (`kubectl drain` retries
 //!   every 5 s). `kubectl drain` cordons the node first; the operator sees
 //!   the cordon and hands the role over with `FAILOVER` (a planned
 //!   switchover's write pause), the label moves, and the next eviction
 //!   takes a replica.
 //!
-//! A single member has no one to hand over to: only the first budget, so a
-//! drain evicts it (and its Pod comes back where its claim allows). Both
+//! Counts, not `maxUnavailable`: with `maxUnavailable` the disruption
+//! controller reads the expected number of Pods from their owner's `scale`
+//! subresource, which fails while its discovery does not know the Redis
+//! kind yet (seen on a fresh control plane: `SyncFailed`, every eviction
+//! refused); with an integer `minAvailable` it counts the Pods it selects.
+//! The budget follows `spec.replicas`.
+//!
+//! A single member has no one to hand over to: only the first budget
+//! (`minAvailable: 0`), so a drain evicts it (and its Pod comes back where
+//! its claim allows). Both
 //! budgets let an unhealthy Pod be evicted (`unhealthyPodEvictionPolicy:
 //! AlwaysAllow`): a member that is not Ready serves no one, and a drain
 //! should not wait for it.
@@ -41,7 +50,7 @@ pub const PRIMARY_BUDGET_SUFFIX: &str = "-primary";
 /// The budgets a Redis should have (see the module doc). Pure.
 pub fn desired_budgets(redis: &Redis, owner: &Owner) -> Vec<PodDisruptionBudget> {
     let name = redis.name_any();
-    let budget = |name: String, labels, max_unavailable| PodDisruptionBudget {
+    let budget = |name: String, labels, min_available| PodDisruptionBudget {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(owner.namespace.clone()),
@@ -50,21 +59,26 @@ pub fn desired_budgets(redis: &Redis, owner: &Owner) -> Vec<PodDisruptionBudget>
             ..Default::default()
         },
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+            min_available: Some(IntOrString::Int(min_available)),
             selector: Some(LabelSelector {
                 match_labels: Some(labels),
                 match_expressions: None,
             }),
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
-            min_available: None,
+            max_unavailable: None,
         }),
         status: None,
     };
-    let mut budgets = vec![budget(name.clone(), selector_labels(&name), 1)];
+    let members = redis.spec.replicas.max(0);
+    let mut budgets = vec![budget(
+        name.clone(),
+        selector_labels(&name),
+        (members - 1).max(0),
+    )];
     if redis.spec.replicas >= 2 {
         let mut primary = selector_labels(&name);
         primary.insert(ROLE_LABEL.into(), "primary".into());
-        budgets.push(budget(format!("{name}{PRIMARY_BUDGET_SUFFIX}"), primary, 0));
+        budgets.push(budget(format!("{name}{PRIMARY_BUDGET_SUFFIX}"), primary, 1));
     }
     budgets
 }
@@ -132,8 +146,8 @@ mod tests {
         let names: Vec<_> = b.iter().map(|b| b.name_any()).collect();
         assert_eq!(names, ["cache", "cache-primary"]);
         let spec = |i: usize| b[i].spec.clone().unwrap();
-        assert_eq!(spec(0).max_unavailable, Some(IntOrString::Int(1)));
-        assert_eq!(spec(1).max_unavailable, Some(IntOrString::Int(0)));
+        assert_eq!(spec(0).min_available, Some(IntOrString::Int(2)));
+        assert_eq!(spec(1).min_available, Some(IntOrString::Int(1)));
         let sel = spec(1).selector.unwrap().match_labels.unwrap();
         assert_eq!(sel[ROLE_LABEL], "primary");
         assert_eq!(sel["app.kubernetes.io/instance"], "cache");
@@ -155,6 +169,8 @@ mod tests {
         let r = redis(1);
         let b = desired_budgets(&r, &Owner::of(&r, "Redis"));
         assert_eq!(b.len(), 1, "no primary budget: no one to hand over to");
+        let spec = b[0].spec.clone().unwrap();
+        assert_eq!(spec.min_available, Some(IntOrString::Int(0)));
         assert_eq!(budget_names(&r), ["cache", "cache-primary"]);
     }
 

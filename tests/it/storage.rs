@@ -18,7 +18,9 @@ use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
 use serde_json::json;
 
-use crate::harness::{TestEnv, current_rv, image, real_containers, wait_for, watch_from};
+use crate::harness::{
+    PodDelays, TestEnv, current_rv, image, real_containers, wait_for, watch_from,
+};
 use crate::redis::{converged, live_pods};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -217,7 +219,7 @@ async fn members_keep_their_claims_across_deletion_rollout_and_scaling_and_a_kep
     let first = claims(&env).await;
     assert_eq!(first.len(), 3, "one claim per member: {first:?}");
     for owners in first.values() {
-        assert_eq!(owners, &[uid.clone()], "owned by the Redis");
+        assert_eq!(owners, std::slice::from_ref(&uid), "owned by the Redis");
     }
     let on: BTreeSet<String> = claims_of(&pods).into_values().collect();
     assert_eq!(
@@ -347,9 +349,12 @@ async fn with_retention_delete_claims_go_on_scale_down_and_after_every_pod_on_de
     scale(&env, "drop", 1).await;
     let (_, pods) = converged(&env, "drop", 1).await;
     let held: BTreeSet<String> = claims_of(&pods).into_values().collect();
+    let claims_api: Api<PersistentVolumeClaim> = env.api();
     let left = wait_for("the two free claims deleted", TIMEOUT, || async {
         let c = claims(&env).await;
-        (c.len() == 1).then_some(c)
+        // Gone, not only deleting: their last events precede the watch below.
+        let all = claims_api.list(&ListParams::default()).await.ok()?.items;
+        (c.len() == 1 && all.len() == 1).then_some(c)
     })
     .await;
     assert_eq!(
@@ -360,7 +365,6 @@ async fn with_retention_delete_claims_go_on_scale_down_and_after_every_pod_on_de
 
     // Deletion: every Pod goes before any claim.
     let pods_api: Api<Pod> = env.api();
-    let claims_api: Api<PersistentVolumeClaim> = env.api();
     let rv = current_rv(&pods_api).await;
     let mut pod_stream = watch_from(&pods_api, &rv).await;
     let mut claim_stream = watch_from(&claims_api, &rv).await;
@@ -454,15 +458,20 @@ async fn storage_that_would_lose_data_or_cannot_work_is_refused_at_admission() {
     }
 }
 
-/// Evicts `pod` through the eviction API (what `kubectl drain` does):
-/// `Ok` when evicted, `Err(code)` when refused.
-async fn evict(env: &TestEnv, pod: &str) -> Result<(), u16> {
-    let pods: Api<Pod> = env.api();
-    match pods.evict(pod, &kube::api::EvictParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) => Err(s.code),
-        Err(e) => panic!("evict {pod}: {e}"),
-    }
+/// Evicts `pod` through the eviction API, once (what `kubectl drain` does
+/// each time it tries; kube's client would retry a refusal): `Ok` when
+/// evicted, `Err` with the refusal otherwise.
+fn evict(env: &TestEnv, pod: &str) -> Result<(), String> {
+    let body = tempfile::NamedTempFile::new().unwrap();
+    let eviction = json!({
+        "apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": env.namespace},
+    });
+    std::fs::write(body.path(), eviction.to_string()).unwrap();
+    let path = format!("/api/v1/namespaces/{}/pods/{pod}/eviction", env.namespace);
+    let file = body.path().to_string_lossy().to_string();
+    let (ok, _, err) = env.kubectl(&["create", "--raw", &path, "-f", &file]);
+    if ok { Ok(()) } else { Err(err) }
 }
 
 #[tokio::test]
@@ -474,8 +483,8 @@ async fn a_disruption_budget_lets_one_member_go_at_a_time_and_the_primary_budget
     crate::redis::create(&env, "pace", 3).await;
     let (_, pods) = converged(&env, "pace", 3).await;
     let budgets: Api<PodDisruptionBudget> = env.api();
-    let max_unavailable = |b: &PodDisruptionBudget| {
-        serde_json::to_value(&b.spec.as_ref().unwrap().max_unavailable).unwrap()
+    let min_available = |b: &PodDisruptionBudget| {
+        serde_json::to_value(&b.spec.as_ref().unwrap().min_available).unwrap()
     };
     let both = wait_for(
         "both budgets, counted by the disruption controller",
@@ -491,25 +500,28 @@ async fn a_disruption_budget_lets_one_member_go_at_a_time_and_the_primary_budget
     .await;
     for b in &both {
         match b.name_any().as_str() {
-            "pace" => assert_eq!(max_unavailable(b), json!(1)),
-            "pace-primary" => assert_eq!(max_unavailable(b), json!(0)),
+            "pace" => assert_eq!(min_available(b), json!(2)),
+            "pace-primary" => assert_eq!(min_available(b), json!(1)),
             other => panic!("unexpected budget {other}"),
         }
     }
-    // A drain takes one member; the next eviction waits for its successor.
-    assert_eq!(evict(&env, &pods[0].name_any()).await, Ok(()));
-    assert_eq!(
-        evict(&env, &pods[1].name_any()).await,
-        Err(429),
-        "a second member at once"
-    );
+    // A drain takes one member; the next eviction is refused until its
+    // successor is Ready (kwok makes new Pods Ready only after 8 s here).
+    env.set_pod_delays(PodDelays {
+        ready: (Duration::from_secs(8), Duration::from_secs(8)),
+        delete: (Duration::ZERO, Duration::ZERO),
+    })
+    .await;
+    assert_eq!(evict(&env, &pods[0].name_any()), Ok(()));
+    let refused = evict(&env, &pods[1].name_any()).expect_err("a second member at once");
+    assert!(refused.contains("disruption budget"), "{refused}");
     converged(&env, "pace", 3).await;
     wait_for("the budget to allow one again", TIMEOUT, || async {
         let b = budgets.get("pace").await.ok()?;
         (b.status?.disruptions_allowed == Some(1)).then_some(())
     })
     .await;
-    assert_eq!(evict(&env, &pods[1].name_any()).await, Ok(()));
+    assert_eq!(evict(&env, &pods[1].name_any()), Ok(()));
 
     // One member has no one to hand over to: no primary budget.
     scale(&env, "pace", 1).await;
