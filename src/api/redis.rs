@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::api::names::{DNS_LABEL_MAX, POD_NAME_SUFFIX_LEN};
+use crate::api::names::{INSTANCE_LABEL, MANAGED_BY_LABEL, NAME_LABEL};
 use crate::api::redis_config::{refused_names_rule, value_rules};
 
 /// What the replicas' Service adds to a Redis's name.
@@ -145,6 +148,349 @@ pub struct RedisSpec {
     #[x_kube(validation = Rule::new("quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0").message("spec.storage.size cannot shrink: a PersistentVolumeClaim can only grow"))]
     #[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("spec.storage.storageClassName cannot change: a claim's class is fixed"))]
     pub storage: Option<StorageSpec>,
+
+    /// Labels a node must carry for the members to run on it (the Pods'
+    /// `nodeSelector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "node_selector_schema")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Taints the members tolerate (the Pods' `tolerations`), at most 64.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "tolerations_schema")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Node affinity and Pod (anti-)affinity of the members (the Pods'
+    /// `affinity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "affinity_schema")]
+    pub affinity: Option<Affinity>,
+
+    /// How the members spread over nodes and zones (the Pods'
+    /// `topologySpreadConstraints`), at most 16. Unset: at most one member
+    /// more on any node than on another (DoNotSchedule), and over zones as
+    /// far as the scheduler can (ScheduleAnyway). Set, they replace that
+    /// default (an empty list: no spreading). A constraint without a
+    /// `labelSelector` counts this Redis's members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "spread_schema")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// PriorityClass of the members' Pods (a DNS subdomain naming an
+    /// existing PriorityClass; the API server refuses the Pods otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "priority_class_schema")]
+    pub priority_class_name: Option<String>,
+
+    /// Labels and annotations added to every member Pod. Keys podkeeper
+    /// sets itself (`app.kubernetes.io/name`, `app.kubernetes.io/instance`,
+    /// `app.kubernetes.io/managed-by`, and any under `podkeeper.dev/` or a
+    /// subdomain of it) are refused.
+    #[serde(default, skip_serializing_if = "PodMetadata::is_empty")]
+    pub pod_metadata: PodMetadata,
+}
+
+/// `spec.podMetadata`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub struct PodMetadata {
+    /// Labels added to every member Pod (at most 64; valid Kubernetes label
+    /// keys and values).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "pod_labels_schema")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to every member Pod (at most 64; keys are
+    /// qualified names, as label keys).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "pod_annotations_schema")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl PodMetadata {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+// Scheduling and Pod metadata: the schemas of the Kubernetes types, with
+// bounds (so that the CEL rules' cost is bounded), enums and rules that
+// refuse at admission what the API server would refuse on the Pods.
+
+/// The labels podkeeper sets on every Pod outside its own prefix.
+pub const OWN_LABELS: [&str; 3] = [NAME_LABEL, INSTANCE_LABEL, MANAGED_BY_LABEL];
+
+/// Whether a label or annotation key is podkeeper's own: one of
+/// [`OWN_LABELS`], or under `podkeeper.dev/` or a subdomain of it. The CRD's
+/// rule ([`own_key_cel`]) says the same.
+pub fn is_own_key(key: &str) -> bool {
+    if OWN_LABELS.contains(&key) {
+        return true;
+    }
+    let Some((prefix, _)) = key.split_once('/') else {
+        return false;
+    };
+    prefix == crate::api::GROUP || prefix.ends_with(&format!(".{}", crate::api::GROUP))
+}
+
+/// A CEL expression on `k` that is true for podkeeper's own keys.
+pub fn own_key_cel(k: &str) -> String {
+    let names: Vec<String> = OWN_LABELS.iter().map(|l| format!("'{l}'")).collect();
+    let group = crate::api::GROUP.replace('.', "[.]");
+    format!(
+        "{k} in [{}] || {k}.matches('^([^/]*[.])?{group}/')",
+        names.join(", ")
+    )
+}
+
+/// A qualified name (a label or annotation key): an optional DNS-subdomain
+/// prefix and `/`, then at most 63 letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+pub const QUALIFIED_NAME_RE: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// A label value: empty, or at most 63 letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+pub const LABEL_VALUE_RE: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
+
+/// A DNS subdomain (of at most 253 characters, bounded by the schema).
+pub const DNS_SUBDOMAIN_RE: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// A CEL expression on the string `k` that is true when it is a qualified
+/// name (with a prefix of at most 253 characters).
+fn qualified_name_cel(k: &str) -> String {
+    format!("{k}.matches('{QUALIFIED_NAME_RE}') && (!{k}.contains('/') || {k}.indexOf('/') <= 253)")
+}
+
+/// Most entries of the maps and lists below.
+pub const MAX_POD_LABELS: usize = 64;
+pub const MAX_TOLERATIONS: usize = 64;
+pub const MAX_SPREAD_CONSTRAINTS: usize = 16;
+
+/// A rule on every key of a map at `field` that must be a qualified name.
+fn keys_rule(field: &str) -> serde_json::Value {
+    let bad = format!("!({})", qualified_name_cel("k"));
+    serde_json::json!({
+        "rule": format!("self.all(k, {})", qualified_name_cel("k")),
+        "message": format!("{field}: keys must be qualified names (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"),
+        "messageExpression": format!("'{field}: ' + self.filter(k, {bad})[0] + ': not a qualified name (an optional DNS subdomain and \\'/\\', then at most 63 letters, digits, \\'-\\', \\'_\\' and \\'.\\', starting and ending with a letter or digit)'"),
+    })
+}
+
+/// A rule on every value of a map at `field` that must be a label value.
+fn label_values_rule(field: &str) -> serde_json::Value {
+    serde_json::json!({
+        "rule": format!("self.all(k, self[k].matches('{LABEL_VALUE_RE}'))"),
+        "message": format!("{field}: values must be label values (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, or empty)"),
+    })
+}
+
+/// The rule that refuses podkeeper's own keys in a map at `field`.
+fn own_keys_rule(field: &str) -> serde_json::Value {
+    serde_json::json!({
+        "rule": format!("!self.exists(k, {})", own_key_cel("k")),
+        "message": format!("{field}: app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by and keys under podkeeper.dev/ are podkeeper's own"),
+        "messageExpression": format!("'{field}: ' + self.filter(k, {})[0] + ' cannot be set: app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by and keys under podkeeper.dev/ are podkeeper\\'s own'", own_key_cel("k")),
+    })
+}
+
+/// A map of label keys to label values.
+fn label_map_schema(field: &str, own_refused: bool) -> schemars::Schema {
+    let mut rules = vec![keys_rule(field), label_values_rule(field)];
+    if own_refused {
+        rules.push(own_keys_rule(field));
+    }
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_POD_LABELS,
+        "additionalProperties": {"type": "string", "maxLength": 63},
+        "x-kubernetes-validations": rules,
+    })
+}
+
+fn node_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    label_map_schema("spec.nodeSelector", false)
+}
+
+fn pod_labels_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    label_map_schema("spec.podMetadata.labels", true)
+}
+
+fn pod_annotations_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let field = "spec.podMetadata.annotations";
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_POD_LABELS,
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": [keys_rule(field), own_keys_rule(field)],
+    })
+}
+
+fn priority_class_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": 253,
+        "x-kubernetes-validations": [{
+            "rule": format!("self.matches('{DNS_SUBDOMAIN_RE}')"),
+            "message": "spec.priorityClassName must be a PriorityClass name (a DNS subdomain: lower-case letters, digits, '-' and '.')",
+        }],
+    })
+}
+
+/// Sets `key` of the object at `pointer` in `schema`, if it is there.
+fn set(schema: &mut schemars::Schema, pointer: &str, key: &str, value: serde_json::Value) {
+    if let Some(object) = schema.pointer_mut(pointer).and_then(|v| v.as_object_mut()) {
+        object.insert(key.into(), value);
+    }
+}
+
+/// Operators of a node selector requirement (node affinity).
+const NODE_OPERATORS: [&str; 6] = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"];
+/// Operators of a label selector requirement.
+const LABEL_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
+
+/// Gives every `operator` of a selector requirement below `schema` its
+/// enum: node operators under `nodeAffinity`, label operators elsewhere.
+fn selector_operator_enums(schema: &mut serde_json::Value, node: bool) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(props) = object.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        let requirement = props.contains_key("key") && props.contains_key("values");
+        if let Some(op) = props.get_mut("operator").and_then(|o| o.as_object_mut())
+            && requirement
+        {
+            let values = if node {
+                &NODE_OPERATORS[..]
+            } else {
+                &LABEL_OPERATORS[..]
+            };
+            op.insert("enum".into(), serde_json::json!(values));
+        }
+        for (name, child) in props.iter_mut() {
+            selector_operator_enums(child, node || name == "nodeAffinity");
+        }
+    }
+    if let Some(items) = object.get_mut("items") {
+        selector_operator_enums(items, node);
+    }
+}
+
+fn affinity_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Affinity>().to_value();
+    selector_operator_enums(&mut schema, false);
+    schema
+        .as_object()
+        .cloned()
+        .map(schemars::Schema::from)
+        .unwrap_or_default()
+}
+
+fn tolerations_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<Toleration>>();
+    schema.insert("maxItems".into(), MAX_TOLERATIONS.into());
+    let item = "/items/properties";
+    set(
+        &mut schema,
+        &format!("{item}/operator"),
+        "enum",
+        serde_json::json!(["", "Equal", "Exists"]),
+    );
+    set(&mut schema, &format!("{item}/operator"), "description", "Operator represents a key's relationship to the value: Equal (the default) or Exists. Exists is equivalent to wildcard for value, so that a pod can tolerate all taints of a particular category. (Lt and Gt, behind the alpha feature gate TaintTolerationComparisonOperators, are not accepted.)".into());
+    set(
+        &mut schema,
+        &format!("{item}/effect"),
+        "enum",
+        serde_json::json!(["", "NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    );
+    set(&mut schema, &format!("{item}/key"), "maxLength", 317.into());
+    set(
+        &mut schema,
+        &format!("{item}/value"),
+        "maxLength",
+        63.into(),
+    );
+    let key = qualified_name_cel("self.key");
+    set(
+        &mut schema,
+        "/items",
+        "x-kubernetes-validations",
+        serde_json::json!([
+            {"rule": format!("!has(self.key) || self.key == '' || ({key})"),
+             "message": "spec.tolerations: key must be a qualified name (a label key)"},
+            {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+             "message": "spec.tolerations: a toleration without a key must have operator Exists (it then tolerates every taint)"},
+            {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+             "message": "spec.tolerations: a toleration with operator Exists must have no value"},
+            {"rule": format!("!has(self.value) || self.value.matches('{LABEL_VALUE_RE}')"),
+             "message": "spec.tolerations: value must be a label value (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"},
+            {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+             "message": "spec.tolerations: tolerationSeconds is only for effect NoExecute"},
+        ]),
+    );
+    schema
+}
+
+fn spread_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<TopologySpreadConstraint>>();
+    schema.insert("maxItems".into(), MAX_SPREAD_CONSTRAINTS.into());
+    schema.insert("x-kubernetes-validations".into(), serde_json::json!([
+        {"rule": "self.all(a, self.exists_one(b, b.topologyKey == a.topologyKey && b.whenUnsatisfiable == a.whenUnsatisfiable))",
+         "message": "spec.topologySpreadConstraints: each pair of topologyKey and whenUnsatisfiable may appear once"},
+    ]));
+    let item = "/items/properties";
+    set(&mut schema, &format!("{item}/maxSkew"), "minimum", 1.into());
+    set(
+        &mut schema,
+        &format!("{item}/minDomains"),
+        "minimum",
+        1.into(),
+    );
+    set(
+        &mut schema,
+        &format!("{item}/whenUnsatisfiable"),
+        "enum",
+        serde_json::json!(["DoNotSchedule", "ScheduleAnyway"]),
+    );
+    for policy in ["nodeAffinityPolicy", "nodeTaintsPolicy"] {
+        set(
+            &mut schema,
+            &format!("{item}/{policy}"),
+            "enum",
+            serde_json::json!(["Honor", "Ignore"]),
+        );
+    }
+    set(
+        &mut schema,
+        &format!("{item}/topologyKey"),
+        "maxLength",
+        317.into(),
+    );
+    set(
+        &mut schema,
+        &format!("{item}/matchLabelKeys"),
+        "maxItems",
+        16.into(),
+    );
+    let key = qualified_name_cel("self.topologyKey");
+    set(
+        &mut schema,
+        "/items",
+        "x-kubernetes-validations",
+        serde_json::json!([
+            {"rule": key,
+             "message": "spec.topologySpreadConstraints: topologyKey must be a qualified name (a node label key)"},
+            {"rule": "!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
+             "message": "spec.topologySpreadConstraints: minDomains may only be set with whenUnsatisfiable DoNotSchedule"},
+        ]),
+    );
+    let mut value = schema.to_value();
+    if let Some(items) = value.get_mut("items") {
+        selector_operator_enums(items, false);
+    }
+    value
+        .as_object()
+        .cloned()
+        .map(schemars::Schema::from)
+        .unwrap_or_default()
 }
 
 /// A primary cut off from its replicas must stop taking writes before a

@@ -160,6 +160,12 @@ mod tests {
                 config: Default::default(),
                 failover: Default::default(),
                 storage: None,
+                node_selector: Default::default(),
+                tolerations: Vec::new(),
+                affinity: None,
+                topology_spread_constraints: None,
+                priority_class_name: None,
+                pod_metadata: Default::default(),
             },
         );
         r.metadata.namespace = Some("ns".into());

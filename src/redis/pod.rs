@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
-use crate::api::redis::Retention;
+use crate::api::redis::{Retention, is_own_key};
 use crate::podset::claims::ClaimTemplate;
 use crate::podset::revision::stamp;
 use crate::redis::replication::config::{config_args, server_command};
@@ -71,14 +71,19 @@ pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> 
     Ok(server_command(port, &args, spec.auth.is_some()))
 }
 
+/// The label selector of a Redis's members.
+fn members(name: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector_labels(name)),
+        ..Default::default()
+    }
+}
+
 /// Spread the members over nodes (at most one more on any node than on
 /// another, counting only nodes the Pods may run on) and, where nodes have
 /// zones, over zones as far as the scheduler can.
 fn spread(name: &str) -> Vec<TopologySpreadConstraint> {
-    let selector = LabelSelector {
-        match_labels: Some(selector_labels(name)),
-        ..Default::default()
-    };
+    let selector = members(name);
     [
         ("kubernetes.io/hostname", "DoNotSchedule"),
         ("topology.kubernetes.io/zone", "ScheduleAnyway"),
@@ -187,9 +192,14 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         }]),
         ..Default::default()
     };
+    let name = redis.name_any();
     let pod_spec = PodSpec {
         containers: vec![container],
-        topology_spread_constraints: Some(spread(&redis.name_any())),
+        topology_spread_constraints: spread_constraints(redis),
+        node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+        tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+        affinity: spec.affinity.clone(),
+        priority_class_name: spec.priority_class_name.clone(),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         security_context: Some(PodSecurityContext {
@@ -206,16 +216,242 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         volumes: Some(vec![data_volume(redis)]),
         ..Default::default()
     };
+    // spec.podMetadata first, podkeeper's own labels over it (the CRD
+    // refuses its keys; checked again here).
+    let extra = &spec.pod_metadata;
+    for (field, map) in [
+        ("labels", &extra.labels),
+        ("annotations", &extra.annotations),
+    ] {
+        if let Some(key) = map.keys().find(|k| is_own_key(k)) {
+            return Err(format!(
+                "spec.podMetadata.{field}: {key} cannot be set: it is podkeeper's own"
+            ));
+        }
+    }
+    let mut labels = extra.labels.clone();
+    labels.extend(selector_labels(&name));
     // Every member starts as a replica (of the placeholder); the operator
     // moves the label of the one it makes primary.
-    let mut labels = selector_labels(&redis.name_any());
     labels.insert(ROLE_LABEL.into(), "replica".into());
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
+            annotations: (!extra.annotations.is_empty()).then(|| extra.annotations.clone()),
             ..Default::default()
         }),
         spec: Some(pod_spec),
     };
     Ok(stamp(template))
+}
+
+/// The members' spread: `spec.topologySpreadConstraints` when given (a
+/// constraint without a label selector counts this Redis's members; an
+/// empty list spreads nothing), else [`spread`].
+fn spread_constraints(redis: &Redis) -> Option<Vec<TopologySpreadConstraint>> {
+    let name = redis.name_any();
+    let Some(given) = &redis.spec.topology_spread_constraints else {
+        return Some(spread(&name));
+    };
+    let constraints: Vec<_> = given
+        .iter()
+        .cloned()
+        .map(|mut c| {
+            c.label_selector.get_or_insert_with(|| members(&name));
+            c
+        })
+        .collect();
+    (!constraints.is_empty()).then_some(constraints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::api::names::TEMPLATE_HASH_LABEL;
+    use crate::podset::revision::revision_of;
+
+    fn redis(spec: serde_json::Value) -> Redis {
+        let mut spec = spec;
+        spec["image"] = "redis:7".into();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "cache", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn pod_spec(t: &PodTemplateSpec) -> &PodSpec {
+        t.spec.as_ref().unwrap()
+    }
+
+    fn scheduling() -> serde_json::Value {
+        serde_json::json!({
+            "nodeSelector": {"disk": "ssd"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "redis", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+            "priorityClassName": "redis-high",
+            "podMetadata": {"labels": {"team": "cache"}, "annotations": {"example.com/owner": "platform"}},
+        })
+    }
+
+    /// Without the scheduling fields the template is what it was before
+    /// they existed (no field of theirs set), so existing members are not
+    /// rolled when the operator is upgraded.
+    #[test]
+    fn without_scheduling_fields_the_pod_spec_sets_none_and_spreads_by_default() {
+        let r = redis(serde_json::json!({}));
+        let t = pod_template(&r).unwrap();
+        let spec = pod_spec(&t);
+        assert_eq!(spec.node_selector, None);
+        assert_eq!(spec.tolerations, None);
+        assert_eq!(spec.affinity, None);
+        assert_eq!(spec.priority_class_name, None);
+        assert_eq!(spec.topology_spread_constraints, Some(spread("cache")));
+        let json = serde_json::to_value(&t).unwrap();
+        for field in [
+            "nodeSelector",
+            "tolerations",
+            "affinity",
+            "priorityClassName",
+        ] {
+            assert!(json["spec"].get(field).is_none(), "{field}");
+        }
+        // Only podkeeper's labels and annotations.
+        let meta = t.metadata.as_ref().unwrap();
+        assert!(meta.labels.as_ref().unwrap().keys().all(|k| is_own_key(k)));
+        assert!(
+            meta.annotations
+                .as_ref()
+                .unwrap()
+                .keys()
+                .all(|k| is_own_key(k))
+        );
+    }
+
+    #[test]
+    fn scheduling_fields_land_on_the_pod_spec_and_change_the_hash() {
+        let plain = pod_template(&redis(serde_json::json!({}))).unwrap();
+        let r = redis(scheduling());
+        let t = pod_template(&r).unwrap();
+        let spec = pod_spec(&t);
+        assert_eq!(
+            spec.node_selector,
+            Some([("disk".into(), "ssd".into())].into())
+        );
+        let tolerations = spec.tolerations.as_ref().unwrap();
+        assert_eq!(tolerations.len(), 1);
+        assert_eq!(tolerations[0].key.as_deref(), Some("dedicated"));
+        assert_eq!(tolerations[0].effect.as_deref(), Some("NoSchedule"));
+        let terms = &spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .as_ref()
+            .unwrap();
+        let required = terms
+            .required_during_scheduling_ignored_during_execution
+            .as_ref();
+        assert_eq!(required.unwrap().node_selector_terms.len(), 1);
+        assert_eq!(spec.priority_class_name.as_deref(), Some("redis-high"));
+        assert_eq!(spec.topology_spread_constraints, Some(spread("cache")));
+        assert_ne!(revision_of(&plain), revision_of(&t));
+        // Each field on its own changes the hash (so the members are rolled).
+        let all = scheduling();
+        let mut hashes = vec![revision_of(&plain)];
+        for field in all.as_object().unwrap().keys() {
+            let one = serde_json::json!({ field.as_str(): all[field].clone() });
+            hashes.push(revision_of(&pod_template(&redis(one)).unwrap()));
+        }
+        let spread = serde_json::json!({"topologySpreadConstraints": []});
+        hashes.push(revision_of(&pod_template(&redis(spread)).unwrap()));
+        let distinct: std::collections::BTreeSet<_> = hashes.iter().collect();
+        assert_eq!(distinct.len(), hashes.len(), "{hashes:?}");
+    }
+
+    #[test]
+    fn given_spread_constraints_replace_the_default_and_count_the_members() {
+        let r = redis(serde_json::json!({"topologySpreadConstraints": [
+            {"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"},
+            {"maxSkew": 1, "topologyKey": "rack", "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": {"app": "other"}}},
+        ]}));
+        let t = pod_template(&r).unwrap();
+        let given = pod_spec(&t).topology_spread_constraints.as_ref().unwrap();
+        assert_eq!(given.len(), 2);
+        assert_eq!(
+            (given[0].max_skew, given[0].topology_key.as_str()),
+            (2, "topology.kubernetes.io/zone")
+        );
+        assert_eq!(given[0].label_selector, Some(members("cache")));
+        assert_eq!(given[0].node_taints_policy, None, "as given");
+        let other = given[1].label_selector.as_ref().unwrap();
+        assert_eq!(
+            other.match_labels,
+            Some([("app".into(), "other".into())].into()),
+            "a given selector is kept"
+        );
+        assert!(
+            given
+                .iter()
+                .all(|c| c.topology_key != "kubernetes.io/hostname")
+        );
+        // An empty list: no spreading at all.
+        let none = redis(serde_json::json!({"topologySpreadConstraints": []}));
+        let t = pod_template(&none).unwrap();
+        assert_eq!(pod_spec(&t).topology_spread_constraints, None);
+    }
+
+    #[test]
+    fn pod_metadata_is_added_and_podkeepers_own_labels_stay() {
+        let t = pod_template(&redis(scheduling())).unwrap();
+        let meta = t.metadata.as_ref().unwrap();
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "cache");
+        for (k, v) in selector_labels("cache") {
+            assert_eq!(labels[&k], v);
+        }
+        assert_eq!(labels[ROLE_LABEL], "replica");
+        assert!(labels.contains_key(TEMPLATE_HASH_LABEL));
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert_eq!(annotations["example.com/owner"], "platform");
+        assert!(annotations.contains_key(crate::api::names::BUT_IMAGES_ANNOTATION));
+        // podkeeper's own keys are refused (the CRD refuses them first).
+        for (field, key) in [
+            ("labels", "app.kubernetes.io/instance"),
+            ("labels", "podkeeper.dev/role"),
+            ("annotations", "podkeeper.dev/template-hash-but-images"),
+            ("annotations", "x.podkeeper.dev/y"),
+        ] {
+            let r = redis(serde_json::json!({"podMetadata": {field: {key: "v"}}}));
+            let e = pod_template(&r).unwrap_err();
+            assert!(e.contains(key) && e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn own_keys_are_podkeepers_labels_and_its_domain() {
+        for k in [
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "podkeeper.dev/role",
+            "podkeeper.dev/anything",
+            "kwok.podkeeper.dev/x",
+        ] {
+            assert!(is_own_key(k), "{k}");
+        }
+        for k in [
+            "app.kubernetes.io/part-of",
+            "team",
+            "example.com/podkeeper.dev",
+            "notpodkeeper.dev/x",
+            "podkeeper.dev",
+        ] {
+            assert!(!is_own_key(k), "{k}");
+        }
+    }
 }

@@ -20,6 +20,7 @@ mod proxy;
 mod redis;
 mod redis_wiring;
 mod reliability;
+mod scheduling;
 mod ship;
 mod simulated;
 mod storage;
