@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod partition;
 pub mod sentinel;
 pub mod session;
+pub mod storage;
 pub mod writer;
 
 use std::fmt::Write as _;
@@ -80,6 +81,26 @@ pub struct BenchRedisArgs {
     /// Members of each Redis of the fleet but the probe (which has 3).
     #[arg(long, default_value_t = 2)]
     pub fleet_members: i32,
+    /// Restart-all runs: every Pod of a Redis of 3 with spec.storage
+    /// deleted at once under writes (see `storage`).
+    #[arg(long, default_value_t = 0)]
+    pub restarts: usize,
+    /// Keys of 1 KiB loaded before the restart-all runs and checked after
+    /// each.
+    #[arg(long, default_value_t = 10_000)]
+    pub restart_keys: u64,
+    /// Replica resync runs: the replica of a Redis of 2 with storage and of
+    /// one without replaced, side by side.
+    #[arg(long, default_value_t = 0)]
+    pub resyncs: usize,
+    /// Keys of 1 KiB (about 1 MB per 1,000) loaded into each Redis of the
+    /// resync runs.
+    #[arg(long, default_value_t = 100_000)]
+    pub resync_keys: u64,
+    /// `kubectl drain` runs of the primary's node of a Redis of 3 with
+    /// storage under writes (each followed by `kubectl uncordon`).
+    #[arg(long, default_value_t = 0)]
+    pub drains: usize,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -206,6 +227,9 @@ pub struct Report {
     pub partitions: partition::Partitions,
     pub operator_cutoffs: partition::Partitions,
     pub fleet: fleet::Fleet,
+    pub restarts: storage::Restarts,
+    pub resyncs: storage::Resyncs,
+    pub drains: storage::Drains,
     /// Times the client Pod's container was started again (a failed start
     /// counts); its writer resumed each time.
     pub client_restarts: i32,
@@ -271,6 +295,22 @@ async fn measure(
         report.fleet =
             fleet::fleet(session, args.fleet, args.fleet_members, args.fleet_runs).await?;
     }
+    // These fill the report as they go: a failed run keeps what was seen.
+    if args.restarts > 0 {
+        storage::restarts(
+            session,
+            args.restarts,
+            args.restart_keys,
+            &mut report.restarts,
+        )
+        .await?;
+    }
+    if args.resyncs > 0 {
+        storage::resyncs(session, args.resyncs, args.resync_keys, &mut report.resyncs).await?;
+    }
+    if args.drains > 0 {
+        storage::drains(session, args.drains, &mut report.drains).await?;
+    }
     Ok(())
 }
 
@@ -290,7 +330,7 @@ pub async fn start(
     Ok(host)
 }
 
-async fn delete_redis(session: &Session, name: &str) -> Result<(), crate::Error> {
+pub(crate) async fn delete_redis(session: &Session, name: &str) -> Result<(), crate::Error> {
     session
         .api::<podkeeper::api::Redis>()
         .delete(name, &Default::default())
@@ -563,7 +603,7 @@ pub fn ratios(podkeeper: &Failovers, sentinel: &Failovers) -> Option<Ratios> {
     })
 }
 
-fn fmt_p(p: &Percentiles) -> String {
+pub(crate) fn fmt_p(p: &Percentiles) -> String {
     format!("{:.2} / {:.2} / {:.2}", p.p50, p.p99, p.max)
 }
 
@@ -673,6 +713,7 @@ pub fn markdown(r: &Report) -> String {
         false,
     );
     fleet_markdown(&mut s, &r.fleet);
+    storage::markdown(&mut s, r);
     if r.client_restarts > 0 {
         let _ = writeln!(
             s,
@@ -765,7 +806,7 @@ fn sentinel_markdown(s: &mut String, r: &Report) {
     );
 }
 
-fn count_p(xs: &[f64]) -> String {
+pub(crate) fn count_p(xs: &[f64]) -> String {
     if xs.is_empty() {
         "none".into()
     } else {

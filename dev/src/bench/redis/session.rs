@@ -515,6 +515,23 @@ impl Session {
         Ok(())
     }
 
+    /// Creates a Redis `name` with `spec` as given (say with `storage`).
+    pub async fn create_redis_spec(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> Result<(), crate::Error> {
+        let redis: Redis = serde_json::from_value(json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))?;
+        self.api::<Redis>()
+            .create(&PostParams::default(), &redis)
+            .await?;
+        Ok(())
+    }
+
     pub async fn patch_redis(
         &self,
         name: &str,
