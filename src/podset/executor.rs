@@ -256,6 +256,9 @@ impl Executor {
                         DeleteReason::ResizeInfeasible => {
                             "its node cannot resize it in place; replaced"
                         }
+                        DeleteReason::ClaimStranded => {
+                            "its volume is on a node it cannot run on; a new claim replaces it"
+                        }
                     };
                     deleted.push(format!("{} ({why})", victim.name));
                 }

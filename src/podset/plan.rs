@@ -87,6 +87,9 @@ pub enum DeleteReason {
     /// It was updated in place, and its node cannot give it the resources
     /// asked for (the kubelet reported the resize infeasible).
     ResizeInfeasible,
+    /// Its claim's volume is on a node it cannot run on (a kind's own
+    /// decision, not the planner's: see `crate::redis::disruption`).
+    ClaimStranded,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

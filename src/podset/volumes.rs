@@ -97,11 +97,19 @@ pub async fn claim_for(
     choice: &Choice,
     pod: &str,
 ) -> Result<String, Failure> {
-    if let Choice::Reuse(name) = choice {
-        return Ok(name.clone());
-    }
     let api: Api<PersistentVolumeClaim> =
         Api::namespaced(executor.client.clone(), &owner.namespace);
+    if let Choice::Reuse(name) = choice {
+        // The cache may not show yet that the claim is being deleted (a
+        // stranded claim, a user's delete): a Pod on it would never start.
+        match api.get_opt(name).await {
+            Ok(Some(c)) if c.metadata.deletion_timestamp.is_none() => return Ok(name.clone()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(claim_failure(executor, owner, "FailedCreateClaim", name, &e).await);
+            }
+        }
+    }
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(pod.to_string()),

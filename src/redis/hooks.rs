@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -192,6 +192,77 @@ impl ReplicationExtras {
             }
         }
         None
+    }
+
+    /// Members that cannot start because their claim's volume is on a
+    /// cordoned or deleted node (see [`disruption::stranded`]) get a new
+    /// claim: the old one is deleted, then the Pod, whose successor takes a
+    /// new claim and resyncs from the primary. Only while a primary answers
+    /// (the data is elsewhere) and never the primary's own claim. Without
+    /// this a drain of a node with local volumes would wait for its
+    /// uncordon, with one member fewer all along.
+    async fn replace_stranded_claims(
+        &self,
+        ctx: &Context,
+        owner: &Owner,
+        pods: &[Arc<Pod>],
+        keep: Option<&str>,
+        primary: Option<&str>,
+    ) {
+        let Some(d) = &self.disruptions else { return };
+        let claims: Vec<_> = ctx
+            .claims
+            .0
+            .state()
+            .into_iter()
+            .filter(|c| {
+                c.owner_references()
+                    .iter()
+                    .any(|r| r.uid == owner.reference.uid)
+            })
+            .collect();
+        if claims.is_empty() {
+            return;
+        }
+        let stranded = disruption::stranded(pods, &claims, &d.nodes.state(), keep);
+        let claim_api: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &owner.namespace);
+        let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+        for s in stranded {
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(s.claim_uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            if let Err(e) = claim_api.delete(&s.claim, &params).await {
+                tracing::warn!(claim = %s.claim, error = %e, "cannot delete a stranded claim");
+                continue;
+            }
+            let victim = crate::podset::plan::Victim {
+                name: s.pod.clone(),
+                uid: s.pod_uid.clone(),
+                reason: crate::podset::plan::DeleteReason::ClaimStranded,
+            };
+            let _ = ctx.executor.delete_one(&pod_api, owner, &victim).await;
+            let why = if s.node_gone { "gone" } else { "cordoned" };
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "ReplacingClaim",
+                    "Replace",
+                    format!(
+                        "Member {} cannot start: the volume of its PersistentVolumeClaim {} is on node {}, which is {why}; deleted the claim and the Pod, whose successor gets a new claim and resyncs from the primary {}",
+                        s.pod,
+                        s.claim,
+                        s.node,
+                        primary.unwrap_or_default()
+                    ),
+                )
+                .await;
+        }
     }
 
     fn silence(&self, owner: &Owner) -> Arc<Memory> {
@@ -683,6 +754,16 @@ impl Extras<Redis> for ReplicationExtras {
         self.point_primary_service(redis, ctx, owner, primary.as_deref())
             .await;
         move_labels(ctx, owner, &pods, primary.as_deref()).await;
+        let primary_answers = round.members.iter().any(|m| {
+            Some(&m.pod) == primary.as_ref()
+                && m.info()
+                    .is_some_and(|i| i.role == crate::redis::replication::info::Role::Primary)
+        });
+        if primary_answers {
+            let keep = round.primary.as_ref().and_then(|p| p.claim.clone());
+            self.replace_stranded_claims(ctx, owner, &pods, keep.as_deref(), primary.as_deref())
+                .await;
+        }
 
         let condition =
             act::replicated_condition(&round.plan, &round.outcome, round.unrecorded.as_deref());

@@ -50,7 +50,9 @@ pub fn spare_primary(plan: &mut Plan, pods: &[ObservedPod], primary: &str, revis
             let current = p.revision.as_deref() == Some(revision);
             match reason {
                 DeleteReason::ScaleDown => current,
-                DeleteReason::Outdated | DeleteReason::ResizeInfeasible => !current,
+                DeleteReason::Outdated
+                | DeleteReason::ResizeInfeasible
+                | DeleteReason::ClaimStranded => !current,
                 DeleteReason::Cleanup => false,
             }
         })

@@ -14,6 +14,8 @@ mod kind;
 #[cfg(feature = "kind-e2e")]
 mod kind_refusals;
 #[cfg(feature = "kind-e2e")]
+mod kind_storage;
+#[cfg(feature = "kind-e2e")]
 mod kind_under_writes;
 mod leader;
 mod proxy;
