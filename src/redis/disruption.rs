@@ -6,28 +6,31 @@
 //! claim is replaced so that they start elsewhere and resync from the
 //! primary. Pure; the caches and the writes are in [`crate::redis::hooks`].
 //!
-//! Two budgets per Redis of two members or more:
+//! Two budgets per Redis, over disjoint sets of Pods (the eviction API
+//! refuses to evict a Pod that more than one budget selects):
 //!
-//! - `<name>`: every member, `minAvailable: replicas - 1`: one member
-//!   down at a time, so a drain never takes the primary and a replica
-//!   together.
-//! - `<name>-primary`: the member labelled primary, `minAvailable: 1`:
-//!   the eviction API refuses to evict the primary (`kubectl drain` retries
-//!   every 5 s). `kubectl drain` cordons the node first; the operator sees
-//!   the cordon and hands the role over with `FAILOVER` (a planned
-//!   switchover's write pause), the label moves, and the next eviction
-//!   takes a replica.
+//! - `<name>`: the members labelled replica, `minAvailable: replicas - 2`
+//!   (at least 0; `replicas - 1` while no primary is known, when every
+//!   member is labelled replica): one replica down at a time.
+//! - `<name>-primary` (two members or more): the member labelled primary,
+//!   `minAvailable: 1`: the eviction API refuses to evict the primary
+//!   (`kubectl drain` retries every 5 s). `kubectl drain` cordons the node
+//!   first; the operator sees the cordon and hands the role over with
+//!   `FAILOVER` (a planned switchover's write pause), the labels move, and
+//!   the next eviction takes a replica.
+//!
+//! Together: one member down at a time, never the primary first. Every Pod
+//! carries a role label from its creation (`replica`).
 //!
 //! Counts, not `maxUnavailable`: with `maxUnavailable` the disruption
 //! controller reads the expected number of Pods from their owner's `scale`
 //! subresource, which fails while its discovery does not know the Redis
 //! kind yet (seen on a fresh control plane: `SyncFailed`, every eviction
 //! refused); with an integer `minAvailable` it counts the Pods it selects.
-//! The budget follows `spec.replicas`.
+//! The budgets follow `spec.replicas`.
 //!
-//! A single member has no one to hand over to: only the first budget
-//! (`minAvailable: 0`), so a drain evicts it (and its Pod comes back where
-//! its claim allows). Both
+//! A single member has no one to hand over to: no primary budget, so a
+//! drain evicts it (and its Pod comes back where its claim allows). Both
 //! budgets let an unhealthy Pod be evicted (`unhealthyPodEvictionPolicy:
 //! AlwaysAllow`): a member that is not Ready serves no one, and a drain
 //! should not wait for it.
@@ -49,8 +52,13 @@ use crate::runtime::owner::Owner;
 /// What the primary's budget adds to a Redis's name.
 pub const PRIMARY_BUDGET_SUFFIX: &str = "-primary";
 
-/// The budgets a Redis should have (see the module doc). Pure.
-pub fn desired_budgets(redis: &Redis, owner: &Owner) -> Vec<PodDisruptionBudget> {
+/// The budgets a Redis should have (see the module doc), with or without a
+/// primary known. Pure.
+pub fn desired_budgets(
+    redis: &Redis,
+    owner: &Owner,
+    has_primary: bool,
+) -> Vec<PodDisruptionBudget> {
     let name = redis.name_any();
     let budget = |name: String, labels, min_available| PodDisruptionBudget {
         metadata: ObjectMeta {
@@ -71,16 +79,24 @@ pub fn desired_budgets(redis: &Redis, owner: &Owner) -> Vec<PodDisruptionBudget>
         }),
         status: None,
     };
+    let with_role = |role: &str| {
+        let mut labels = selector_labels(&name);
+        labels.insert(ROLE_LABEL.into(), role.into());
+        labels
+    };
     let members = redis.spec.replicas.max(0);
+    let replicas = if has_primary { members - 1 } else { members };
     let mut budgets = vec![budget(
         name.clone(),
-        selector_labels(&name),
-        (members - 1).max(0),
+        with_role("replica"),
+        (replicas - 1).max(0),
     )];
-    if redis.spec.replicas >= 2 {
-        let mut primary = selector_labels(&name);
-        primary.insert(ROLE_LABEL.into(), "primary".into());
-        budgets.push(budget(format!("{name}{PRIMARY_BUDGET_SUFFIX}"), primary, 1));
+    if members >= 2 {
+        budgets.push(budget(
+            format!("{name}{PRIMARY_BUDGET_SUFFIX}"),
+            with_role("primary"),
+            1,
+        ));
     }
     budgets
 }
@@ -214,27 +230,29 @@ mod tests {
         r
     }
 
+    fn spec_of(b: &PodDisruptionBudget) -> PodDisruptionBudgetSpec {
+        b.spec.clone().unwrap()
+    }
+
     #[test]
-    fn one_member_down_at_a_time_and_the_primary_only_after_a_switchover() {
+    fn one_replica_down_at_a_time_and_the_primary_only_after_a_switchover() {
         let r = redis(3);
         let owner = Owner::of(&r, "Redis");
-        let b = desired_budgets(&r, &owner);
+        let b = desired_budgets(&r, &owner, true);
         let names: Vec<_> = b.iter().map(|b| b.name_any()).collect();
         assert_eq!(names, ["cache", "cache-primary"]);
         let spec = |i: usize| b[i].spec.clone().unwrap();
-        assert_eq!(spec(0).min_available, Some(IntOrString::Int(2)));
+        assert_eq!(spec(0).min_available, Some(IntOrString::Int(1)));
         assert_eq!(spec(1).min_available, Some(IntOrString::Int(1)));
         let sel = spec(1).selector.unwrap().match_labels.unwrap();
         assert_eq!(sel[ROLE_LABEL], "primary");
         assert_eq!(sel["app.kubernetes.io/instance"], "cache");
-        assert!(
-            !spec(0)
-                .selector
-                .unwrap()
-                .match_labels
-                .unwrap()
-                .contains_key(ROLE_LABEL)
-        );
+        // Disjoint: the eviction API refuses a Pod two budgets select.
+        let replicas = spec(0).selector.unwrap().match_labels.unwrap();
+        assert_eq!(replicas[ROLE_LABEL], "replica");
+        // No primary yet: every member is labelled replica.
+        let none = desired_budgets(&r, &owner, false);
+        assert_eq!(spec_of(&none[0]).min_available, Some(IntOrString::Int(2)));
         assert_eq!(b[0].owner_references()[0].uid, "u1");
         assert!(budget_in_sync(&b[0], &b[0].clone()));
         assert!(!budget_in_sync(&b[0], &b[1]));
@@ -243,7 +261,7 @@ mod tests {
     #[test]
     fn a_single_member_can_always_be_drained() {
         let r = redis(1);
-        let b = desired_budgets(&r, &Owner::of(&r, "Redis"));
+        let b = desired_budgets(&r, &Owner::of(&r, "Redis"), true);
         assert_eq!(b.len(), 1, "no primary budget: no one to hand over to");
         let spec = b[0].spec.clone().unwrap();
         assert_eq!(spec.min_available, Some(IntOrString::Int(0)));

@@ -151,7 +151,13 @@ impl ReplicationExtras {
 
     /// Applies the budgets the cache does not show as wanted (server-side
     /// apply), and deletes the primary's budget of a Redis of one member.
-    async fn apply_budgets(&self, redis: &Redis, ctx: &Context, owner: &Owner) -> Option<Failure> {
+    async fn apply_budgets(
+        &self,
+        redis: &Redis,
+        ctx: &Context,
+        owner: &Owner,
+        has_primary: bool,
+    ) -> Option<Failure> {
         let d = self.disruptions.as_ref()?;
         let live: Vec<Arc<PodDisruptionBudget>> = d
             .budgets
@@ -164,7 +170,7 @@ impl ReplicationExtras {
                         .any(|r| r.uid == owner.reference.uid)
             })
             .collect();
-        let want = disruption::desired_budgets(redis, owner);
+        let want = disruption::desired_budgets(redis, owner, has_primary);
         let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &owner.namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         for w in &want {
@@ -821,7 +827,9 @@ impl Extras<Redis> for ReplicationExtras {
         owner: &Owner,
         mut steer: Replication,
     ) -> (Replication, Option<Failure>) {
-        let budget_failure = self.apply_budgets(redis, ctx, owner).await;
+        let budget_failure = self
+            .apply_budgets(redis, ctx, owner, steer.primary.is_some())
+            .await;
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`crate::runtime::service_applier`]).
         let owned = owned_named(self.applier.services(), owner, &service_names(redis));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use podkeeper::api::Redis;
 use serde_json::json;
 
@@ -83,17 +83,6 @@ async fn create_redis(env: &TestEnv, name: &str, replicas: i32) {
     api.create(&PostParams::default(), &redis).await.unwrap();
 }
 
-async fn scale_redis(env: &TestEnv, name: &str, replicas: i32) {
-    let api: Api<Redis> = env.api();
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-    )
-    .await
-    .unwrap();
-}
-
 fn converged(r: &Redis, n: i32) -> bool {
     r.status.as_ref().is_some_and(|s| {
         s.ready_replicas == n && s.replicas == n && s.observed_generation == r.metadata.generation
@@ -133,7 +122,7 @@ async fn a_stopping_leader_hands_over_in_well_under_the_lease_duration() {
     assert!(first.terminate(), "the leader exits cleanly on SIGTERM");
     let exited = sigterm.elapsed();
     let taken = held_by(&env, &lease, &second_id, lease_duration).await - sigterm;
-    scale_redis(&env, "handover", 2).await;
+    crate::redis::scale(&env, "handover", 2).await;
     redis_ready(&env, "handover", 2, TIMEOUT).await;
     let converged = sigterm.elapsed();
     println!(
@@ -208,7 +197,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_within_its_renew_deadline() 
         taken > stopped,
         "the standby led ({taken:?}) before the old leader stopped ({stopped:?})"
     );
-    scale_redis(&env, "cut", 2).await;
+    crate::redis::scale(&env, "cut", 2).await;
     redis_ready(&env, "cut", 2, TIMEOUT).await;
     standby.assert_running();
     println!(

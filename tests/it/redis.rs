@@ -95,7 +95,8 @@ fn condition(r: &Redis, type_: &str) -> (String, String) {
     (c.status.clone(), c.reason.clone())
 }
 
-async fn scale(env: &TestEnv, name: &str, replicas: i32) {
+/// Sets a Redis's `spec.replicas` (as `kubectl scale` would).
+pub(crate) async fn scale(env: &TestEnv, name: &str, replicas: i32) {
     let api: Api<Redis> = env.api();
     api.patch(
         name,

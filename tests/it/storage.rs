@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::harness::{
     PodDelays, TestEnv, current_rv, image, real_containers, wait_for, watch_from,
 };
-use crate::redis::{converged, live_pods};
+use crate::redis::{converged, live_pods, scale};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const CLAIM_LABEL: &str = "podkeeper.dev/claim";
@@ -131,17 +131,6 @@ fn claims_of(pods: &[Pod]) -> BTreeMap<String, String> {
             (p.name_any(), claim)
         })
         .collect()
-}
-
-async fn scale(env: &TestEnv, name: &str, replicas: i32) {
-    let api: Api<Redis> = env.api();
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-    )
-    .await
-    .unwrap();
 }
 
 /// Runs `change`, then follows every Pod event until the Redis `name` has
@@ -500,6 +489,7 @@ async fn a_disruption_budget_lets_one_member_go_at_a_time_and_the_primary_budget
     .await;
     for b in &both {
         match b.name_any().as_str() {
+            // kwok runs no redis-server: no primary, every member a replica.
             "pace" => assert_eq!(min_available(b), json!(2)),
             "pace-primary" => assert_eq!(min_available(b), json!(1)),
             other => panic!("unexpected budget {other}"),

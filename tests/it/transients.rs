@@ -32,17 +32,6 @@ async fn create_redis(env: &TestEnv, name: &str, replicas: i32) -> Redis {
     api.create(&PostParams::default(), &r).await.unwrap()
 }
 
-async fn scale(env: &TestEnv, name: &str, replicas: i32) {
-    let api: Api<Redis> = env.api();
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-    )
-    .await
-    .unwrap();
-}
-
 /// Live (not terminating) Pods of the owner with `uid`.
 async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
     let pods: Api<Pod> = env.api();
@@ -433,7 +422,7 @@ async fn a_policy_that_refuses_pod_deletes_holds_a_scale_down_until_removed() {
     let probe = delete_probe(&env).await;
     let policy = Policy::refuse(&env, "DELETE").await;
     deletes_refused(&env, &probe, true).await;
-    scale(&env, "sticky", 1).await;
+    crate::redis::scale(&env, "sticky", 1).await;
     let r = wait_failure(&env, "sticky", "FailedDelete").await;
     assert_eq!(live_pods(&env, &r.metadata.uid.unwrap()).await.len(), 3);
     policy.remove().await;
@@ -712,7 +701,7 @@ async fn events_of_a_scale_up_a_heal_and_another_scale_up_each_name_their_pods()
     let heal: BTreeSet<String> = healed.difference(&first).cloned().collect();
     assert_eq!(heal.len(), 1);
 
-    scale(&env, "told", 4).await;
+    crate::redis::scale(&env, "told", 4).await;
     let last = names(&converged(&env, "told", 4).await);
     let second: BTreeSet<String> = last.difference(&healed).cloned().collect();
     assert_eq!(second.len(), 2);
@@ -866,7 +855,7 @@ async fn pod_deletes_answered_500_hold_a_scale_down_until_the_webhook_is_back() 
     let webhook = DownWebhook::on(&env, "pods", "DELETE").await;
     answered_500("Pod deletes", true, probe).await;
 
-    scale(&env, "stuck", 1).await;
+    crate::redis::scale(&env, "stuck", 1).await;
     let r = wait_failure(&env, "stuck", "FailedDelete").await;
     let message = failure_message(&r);
     assert!(message.contains("failed calling webhook"), "{message}");
@@ -896,7 +885,7 @@ async fn status_writes_answered_500_catch_up_once_the_webhook_is_back() {
     let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
     status_writes_refused(&env, "held", true).await;
 
-    scale(&env, "held", 3).await;
+    crate::redis::scale(&env, "held", 3).await;
     let r = api.get("held").await.unwrap();
     let uid = r.uid().unwrap();
     let ready = wait_for("3 ready Pods of held", TIMEOUT, || async {
@@ -940,7 +929,7 @@ async fn a_held_scale_down_status_refused_500_catches_up_once_the_webhook_is_bac
     let webhook = DownWebhook::on_group(&env, "podkeeper.dev", "redises/status", "UPDATE").await;
     status_writes_refused(&env, "held", true).await;
 
-    scale(&env, "held", 1).await;
+    crate::redis::scale(&env, "held", 1).await;
     let uid = api.get("held").await.unwrap().uid().unwrap();
     let pods: Api<Pod> = env.api();
     wait_for("the two scaled-down Pods gone", TIMEOUT, || async {
