@@ -39,6 +39,11 @@ pub const POD_NAME_LABEL: &str = "podkeeper.dev/pod-name";
 /// takes it over.
 pub const CLAIM_LABEL: &str = "podkeeper.dev/claim";
 
+/// The annotation on the claim that held a deleted Redis's primary, when
+/// its claims are kept (`whenDeleted: Retain`): a Redis of the same name
+/// that adopts them starts its primary there.
+pub const LAST_PRIMARY_ANNOTATION: &str = "podkeeper.dev/last-primary";
+
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 

@@ -46,6 +46,9 @@ pub struct ObservedClaim {
     pub created: Timestamp,
     /// Has a deletionTimestamp.
     pub deleting: bool,
+    /// Let go by a deleted owner with its primary's data
+    /// ([`crate::api::names::LAST_PRIMARY_ANNOTATION`]).
+    pub last_primary: bool,
 }
 
 /// The claim a Pod about to be created runs on.
@@ -96,7 +99,14 @@ fn free<'a>(
         .filter(|c| !c.deleting)
         .filter(|c| !live.contains(c.name.as_str()) && !releasing.contains(c.name.as_str()))
         .collect();
-    free.sort_by_key(|c| (Some(c.name.as_str()) != prefer, c.created, c.name.clone()));
+    free.sort_by_key(|c| {
+        (
+            Some(c.name.as_str()) != prefer,
+            !c.last_primary,
+            c.created,
+            c.name.clone(),
+        )
+    });
     free
 }
 
@@ -157,6 +167,7 @@ mod tests {
             uid: format!("uid-{name}"),
             created: Timestamp::from_second(created).unwrap(),
             deleting: false,
+            last_primary: false,
         }
     }
 
@@ -193,6 +204,15 @@ mod tests {
                 Choice::Reuse("r-b".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_claim_kept_with_the_last_primarys_data_is_taken_first_by_an_adopter() {
+        let mut kept = claim("r-c", 3);
+        kept.last_primary = true;
+        let claims = [claim("r-a", 1), claim("r-b", 2), kept];
+        let a = assign(1, &claims, &[], None);
+        assert_eq!(a.choices, [Choice::Reuse("r-c".into())]);
     }
 
     #[test]

@@ -626,7 +626,7 @@ pub async fn cleanup<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> 
             )
             .await
         } else {
-            volumes::release(&inner.executor, &owner, &owned).await
+            volumes::release(&inner.executor, &owner, &owned, t.prefer.as_deref()).await
         };
         result.map_err(Error::Step)?;
     }

@@ -14,7 +14,9 @@ use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tracing::warn;
 
-use crate::api::names::{INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::api::names::{
+    INSTANCE_LABEL, LAST_PRIMARY_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
 use crate::podset::claims::{Choice, ClaimTemplate, ObservedClaim};
 use crate::podset::executor::{Executor, summary};
 use crate::runtime::events::EventType;
@@ -62,6 +64,7 @@ pub fn observe(c: &PersistentVolumeClaim) -> ObservedClaim {
         uid: c.uid().unwrap_or_default(),
         created: c.creation_timestamp().map(|t| t.0).unwrap_or_default(),
         deleting: c.metadata.deletion_timestamp.is_some(),
+        last_primary: c.annotations().contains_key(LAST_PRIMARY_ANNOTATION),
     }
 }
 
@@ -280,11 +283,13 @@ pub async fn delete(
 
 /// Lets claims go at the owner's deletion (`whenDeleted: Retain`): their
 /// owner reference is removed, so the garbage collector keeps them and an
-/// owner of the same name created later adopts them.
+/// owner of the same name created later adopts them. `primary` (the claim
+/// the kind says holds the newest data) is annotated so, the others not.
 pub async fn release(
     executor: &Executor,
     owner: &Owner,
     claims: &[ObservedClaim],
+    primary: Option<&str>,
 ) -> Result<(), Failure> {
     if claims.is_empty() {
         return Ok(());
@@ -294,8 +299,13 @@ pub async fn release(
     let mut kept = Vec::new();
     for c in claims {
         // The uid makes it a conflict for another claim of the same name.
+        let mark = (Some(c.name.as_str()) == primary).then_some("true");
         let patch = serde_json::json!({
-            "metadata": {"uid": c.uid, "ownerReferences": null}
+            "metadata": {
+                "uid": c.uid,
+                "ownerReferences": null,
+                "annotations": {LAST_PRIMARY_ANNOTATION: mark},
+            }
         });
         match api
             .patch_metadata(&c.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -39,6 +39,21 @@ use crate::runtime::service_applier::ServiceApplier;
 use crate::runtime::services::{cleanup_services, owned_named, owned_services, service_in_sync};
 use crate::runtime::status::Pace;
 
+/// A new Redis (no primary recorded) that adopted claims kept from a
+/// deleted one of its name: the claim that held its primary stands for the
+/// record, so the member on it leads (see
+/// [`crate::api::names::LAST_PRIMARY_ANNOTATION`]).
+fn adopted_primary_claim(ctx: &Context, owner: &Owner) -> Option<RecordedPrimary> {
+    let (owned, _) = ctx.claims.of(owner);
+    let claim = owned.iter().find(|c| c.last_primary && !c.deleting)?;
+    Some(RecordedPrimary {
+        pod: String::new(),
+        run_id: String::new(),
+        term: 0,
+        claim: Some(claim.name.clone()),
+    })
+}
+
 /// A budget podkeeper could not write: a Warning Event and the step's
 /// failure.
 async fn budget_failure(ctx: &Context, owner: &Owner, name: &str, e: &kube::Error) -> Failure {
@@ -626,7 +641,8 @@ impl Extras<Redis> for ReplicationExtras {
                     let (owned, _) = ctx.claims.of(owner);
                     owned.iter().any(|o| &o.name == c && !o.deleting)
                 }),
-            });
+            })
+            .or_else(|| adopted_primary_claim(ctx, owner));
         // Redis's order of a rollout (`rollout.rs`): replicas first, the
         // primary handed over, then the old primary.
         let recorded_pod = recorded.as_ref().map(|r| r.pod.clone());
