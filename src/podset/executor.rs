@@ -2,22 +2,27 @@
 //! template in slow-start batches, deletes victims with a uid precondition,
 //! records expectations before every call and an Event after it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use rand::RngExt;
 use tracing::{debug, warn};
 
-use crate::api::names::RESIZE_REFUSED_ANNOTATION;
+use crate::api::names::{
+    INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RESIZE_REFUSED_ANNOTATION,
+};
 use crate::metrics::Metrics;
 use crate::podset::claims::{Choice, ClaimTemplate};
 use crate::podset::expectations::Expectations;
 use crate::podset::inplace::{self, Change};
 use crate::podset::plan::{DeleteReason, Plan, Update, Victim};
-use crate::podset::volumes;
 use crate::runtime::events::{EventRecorder, EventType};
 use crate::runtime::failure::{Failure, api_message};
 use crate::runtime::metadata_only;
@@ -61,6 +66,114 @@ pub fn pod_name(owner: &str) -> String {
         .map(|_| SUFFIX_ALPHABET[rng.random_range(0..SUFFIX_ALPHABET.len())] as char)
         .collect();
     format!("{owner}-{suffix}")
+}
+
+/// Points the Pod's volume `volume` at `claim`.
+pub fn mount(spec: &mut PodSpec, volume: &str, claim: &str) {
+    for v in spec.volumes.iter_mut().flatten() {
+        if v.name == volume {
+            v.empty_dir = None;
+            v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.to_string(),
+                read_only: None,
+            });
+        }
+    }
+}
+
+/// The labels that tell whose a claim is: the owner's selector labels
+/// (which carry the managed-by label the cache selects on, and the
+/// instance label adoption looks for).
+fn claim_labels(owner: &Owner, template: &ClaimTemplate) -> BTreeMap<String, String> {
+    let mut labels = template.labels.clone();
+    labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
+    labels.insert(INSTANCE_LABEL.to_string(), owner.name.clone());
+    labels
+}
+
+/// The claim a new Pod named `pod` runs on: the chosen free one, or a new
+/// one named after the Pod (a create the client retried finds its own).
+pub async fn claim_for(
+    executor: &Executor,
+    owner: &Owner,
+    template: &ClaimTemplate,
+    choice: &Choice,
+    pod: &str,
+) -> Result<String, Failure> {
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(executor.client.clone(), &owner.namespace);
+    if let Choice::Reuse(name) = choice {
+        // The cache may not show yet that the claim is being deleted (a
+        // stranded claim, a user's delete): a Pod on it would never start.
+        match api.get_opt(name).await {
+            Ok(Some(c)) if c.metadata.deletion_timestamp.is_none() => return Ok(name.clone()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(executor
+                    .claim_failure(owner, "FailedCreateClaim", name, &e)
+                    .await);
+            }
+        }
+    }
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(pod.to_string()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(claim_labels(owner, template)),
+            owner_references: Some(vec![owner.reference.clone()]),
+            ..Default::default()
+        },
+        spec: Some(template.spec.clone()),
+        status: None,
+    };
+    let result = match api.create(&PostParams::default(), &claim).await {
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+            match api.get_opt(pod).await {
+                Ok(Some(c))
+                    if c.owner_references()
+                        .iter()
+                        .any(|r| r.uid == owner.reference.uid) =>
+                {
+                    Ok(())
+                }
+                Ok(_) => Err(kube::Error::Api(s)),
+                Err(e) => Err(e),
+            }
+        }
+        other => other.map(drop),
+    };
+    match result {
+        Ok(()) => {
+            executor.event_in_background(
+                owner,
+                EventType::Normal,
+                "SuccessfulCreateClaim",
+                "Create",
+                format!("Created PersistentVolumeClaim {pod}"),
+            );
+            Ok(pod.to_string())
+        }
+        Err(e) => {
+            let message = format!(
+                "Error creating PersistentVolumeClaim {pod}: {}",
+                api_message(&e)
+            );
+            warn!(claim = %pod, error = %e, "claim create failed");
+            executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "FailedCreateClaim",
+                    "Create",
+                    message.clone(),
+                )
+                .await;
+            Err(Failure {
+                reason: "FailedCreateClaim",
+                message,
+            })
+        }
+    }
 }
 
 impl Executor {
@@ -173,9 +286,9 @@ impl Executor {
         let mut spec = template.spec.clone();
         let claim_name = match claim {
             Some((t, choice)) => {
-                let claim = volumes::claim_for(self, owner, t, choice, &name).await?;
+                let claim = claim_for(self, owner, t, choice, &name).await?;
                 if let Some(s) = spec.as_mut() {
-                    volumes::mount(s, &t.volume, &claim);
+                    mount(s, &t.volume, &claim);
                 }
                 Some(claim)
             }
@@ -472,6 +585,22 @@ impl Executor {
     /// Records an Event in the background, so that Pod creates and deletes
     /// do not wait for it (the ReplicaSet controller's broadcaster does the
     /// same).
+    /// A claim write the API server refused: a Warning Event and the
+    /// step's failure.
+    pub async fn claim_failure(
+        &self,
+        owner: &Owner,
+        reason: &'static str,
+        claim: &str,
+        e: &kube::Error,
+    ) -> Failure {
+        let message = format!("PersistentVolumeClaim {claim}: {}", api_message(e));
+        warn!(claim, error = %e, reason, "claim write failed");
+        self.event(owner, EventType::Warning, reason, "Claim", message.clone())
+            .await;
+        Failure { reason, message }
+    }
+
     pub fn event_in_background(
         &self,
         owner: &Owner,

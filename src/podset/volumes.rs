@@ -1,26 +1,21 @@
-//! The claims' I/O: the cache of the PersistentVolumeClaims podkeeper
-//! made, a claim made for a new Pod, surplus claims deleted, and at an
-//! owner's deletion its claims deleted or let go (see [`crate::podset::claims`]
+//! The claims' I/O besides a new Pod's own claim (made by the executor with
+//! the Pod): the cache of the PersistentVolumeClaims podkeeper made,
+//! adoption, expansion, surplus claims deleted, and at an owner's deletion
+//! its claims deleted or let go (see [`crate::podset::claims`]
 //! for which).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
-use tracing::warn;
 
 use crate::api::names::{
     INSTANCE_LABEL, LAST_PRIMARY_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
-use crate::podset::claims::{Choice, ClaimTemplate, ObservedClaim};
+use crate::podset::claims::{ClaimTemplate, ObservedClaim};
 use crate::podset::executor::{Executor, summary};
 use crate::runtime::events::EventType;
-use crate::runtime::failure::{Failure, api_message};
+use crate::runtime::failure::Failure;
 use crate::runtime::metadata_only;
 use crate::runtime::owner::Owner;
 
@@ -68,112 +63,6 @@ pub fn observe(c: &PersistentVolumeClaim) -> ObservedClaim {
     }
 }
 
-/// Points the Pod's volume `volume` at `claim`.
-pub fn mount(spec: &mut PodSpec, volume: &str, claim: &str) {
-    for v in spec.volumes.iter_mut().flatten() {
-        if v.name == volume {
-            v.empty_dir = None;
-            v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim.to_string(),
-                read_only: None,
-            });
-        }
-    }
-}
-
-/// The labels that tell whose a claim is: the owner's selector labels
-/// (which carry the managed-by label the cache selects on, and the
-/// instance label adoption looks for).
-fn claim_labels(owner: &Owner, template: &ClaimTemplate) -> BTreeMap<String, String> {
-    let mut labels = template.labels.clone();
-    labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
-    labels.insert(INSTANCE_LABEL.to_string(), owner.name.clone());
-    labels
-}
-
-/// The claim a new Pod named `pod` runs on: the chosen free one, or a new
-/// one named after the Pod (a create the client retried finds its own).
-pub async fn claim_for(
-    executor: &Executor,
-    owner: &Owner,
-    template: &ClaimTemplate,
-    choice: &Choice,
-    pod: &str,
-) -> Result<String, Failure> {
-    let api: Api<PersistentVolumeClaim> =
-        Api::namespaced(executor.client.clone(), &owner.namespace);
-    if let Choice::Reuse(name) = choice {
-        // The cache may not show yet that the claim is being deleted (a
-        // stranded claim, a user's delete): a Pod on it would never start.
-        match api.get_opt(name).await {
-            Ok(Some(c)) if c.metadata.deletion_timestamp.is_none() => return Ok(name.clone()),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(claim_failure(executor, owner, "FailedCreateClaim", name, &e).await);
-            }
-        }
-    }
-    let claim = PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(pod.to_string()),
-            namespace: Some(owner.namespace.clone()),
-            labels: Some(claim_labels(owner, template)),
-            owner_references: Some(vec![owner.reference.clone()]),
-            ..Default::default()
-        },
-        spec: Some(template.spec.clone()),
-        status: None,
-    };
-    let result = match api.create(&PostParams::default(), &claim).await {
-        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
-            match api.get_opt(pod).await {
-                Ok(Some(c))
-                    if c.owner_references()
-                        .iter()
-                        .any(|r| r.uid == owner.reference.uid) =>
-                {
-                    Ok(())
-                }
-                Ok(_) => Err(kube::Error::Api(s)),
-                Err(e) => Err(e),
-            }
-        }
-        other => other.map(drop),
-    };
-    match result {
-        Ok(()) => {
-            executor.event_in_background(
-                owner,
-                EventType::Normal,
-                "SuccessfulCreateClaim",
-                "Create",
-                format!("Created PersistentVolumeClaim {pod}"),
-            );
-            Ok(pod.to_string())
-        }
-        Err(e) => {
-            let message = format!(
-                "Error creating PersistentVolumeClaim {pod}: {}",
-                api_message(&e)
-            );
-            warn!(claim = %pod, error = %e, "claim create failed");
-            executor
-                .event(
-                    owner,
-                    EventType::Warning,
-                    "FailedCreateClaim",
-                    "Create",
-                    message.clone(),
-                )
-                .await;
-            Err(Failure {
-                reason: "FailedCreateClaim",
-                message,
-            })
-        }
-    }
-}
-
 /// Takes claims kept from a deleted owner of the same name: they get the
 /// owner's reference (and so follow its retention policy).
 pub async fn adopt(
@@ -202,9 +91,9 @@ pub async fn adopt(
             )
             .await
         {
-            return Err(
-                claim_failure(executor, owner, "FailedAdoptClaim", &c.name_any(), &e).await,
-            );
+            return Err(executor
+                .claim_failure(owner, "FailedAdoptClaim", &c.name_any(), &e)
+                .await);
         }
         adopted.push(c.name_any());
     }
@@ -220,21 +109,6 @@ pub async fn adopt(
         ),
     );
     Ok(())
-}
-
-async fn claim_failure(
-    executor: &Executor,
-    owner: &Owner,
-    reason: &'static str,
-    claim: &str,
-    e: &kube::Error,
-) -> Failure {
-    let message = format!("PersistentVolumeClaim {claim}: {}", api_message(e));
-    warn!(claim, error = %e, reason, "claim write failed");
-    executor
-        .event(owner, EventType::Warning, reason, "Claim", message.clone())
-        .await;
-    Failure { reason, message }
 }
 
 /// Deletes claims (with a uid precondition), saying why in one Event.
@@ -262,7 +136,9 @@ pub async fn delete(
             Ok(()) => deleted.push(c.name.clone()),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                return Err(claim_failure(executor, owner, "FailedDeleteClaim", &c.name, &e).await);
+                return Err(executor
+                    .claim_failure(owner, "FailedDeleteClaim", &c.name, &e)
+                    .await);
             }
         }
     }
@@ -314,9 +190,9 @@ pub async fn release(
             Ok(_) => kept.push(c.name.clone()),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                return Err(
-                    claim_failure(executor, owner, "FailedReleaseClaim", &c.name, &e).await,
-                );
+                return Err(executor
+                    .claim_failure(owner, "FailedReleaseClaim", &c.name, &e)
+                    .await);
             }
         }
     }
@@ -402,14 +278,9 @@ pub async fn expand(
                 ),
             ),
             Err(e) => {
-                return Err(claim_failure(
-                    executor,
-                    owner,
-                    "ClaimNotExpandable",
-                    &c.name_any(),
-                    &e,
-                )
-                .await);
+                return Err(executor
+                    .claim_failure(owner, "ClaimNotExpandable", &c.name_any(), &e)
+                    .await);
             }
         }
     }
