@@ -95,6 +95,24 @@ fn condition(r: &Redis, type_: &str) -> (String, String) {
     (c.status.clone(), c.reason.clone())
 }
 
+/// Waits until the namespace has Events of every reason in `reasons`
+/// (per-Pod Events are recorded in the background).
+pub(crate) async fn events_with_reasons(env: &TestEnv, reasons: &[&str]) {
+    let events: Api<Event> = env.api();
+    wait_for(&format!("Events {reasons:?}"), TIMEOUT, || async {
+        let seen: BTreeSet<String> = events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        reasons.iter().all(|r| seen.contains(*r)).then_some(())
+    })
+    .await;
+}
+
 /// Sets a Redis's `spec.replicas` (as `kubectl scale` would).
 pub(crate) async fn scale(env: &TestEnv, name: &str, replicas: i32) {
     let api: Api<Redis> = env.api();
@@ -187,24 +205,7 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
     converged(&env, "cache", 0).await;
 
     // Per-Pod Events are recorded in the background.
-    let events: Api<Event> = env.api();
-    wait_for(
-        "SuccessfulCreate and SuccessfulDelete Events",
-        TIMEOUT,
-        || async {
-            let reasons: BTreeSet<String> = events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter_map(|e| e.reason)
-                .collect();
-            (reasons.contains("SuccessfulCreate") && reasons.contains("SuccessfulDelete"))
-                .then_some(())
-        },
-    )
-    .await;
+    events_with_reasons(&env, &["SuccessfulCreate", "SuccessfulDelete"]).await;
     op.assert_running();
 }
 

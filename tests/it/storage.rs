@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Api, ResourceExt};
@@ -301,19 +300,7 @@ async fn members_keep_their_claims_across_deletion_rollout_and_scaling_and_a_kep
     );
     let on: BTreeSet<String> = claims_of(&pods).into_values().collect();
     assert!(on.is_subset(&first.keys().cloned().collect()));
-    let events: Api<Event> = env.api();
-    wait_for("KeptClaims and AdoptedClaims Events", TIMEOUT, || async {
-        let reasons: BTreeSet<String> = events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter_map(|e| e.reason)
-            .collect();
-        (reasons.contains("KeptClaims") && reasons.contains("AdoptedClaims")).then_some(())
-    })
-    .await;
+    crate::redis::events_with_reasons(&env, &["KeptClaims", "AdoptedClaims"]).await;
     op.assert_running();
     drop(op);
     volumes.remove(&env).await;
