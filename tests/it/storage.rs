@@ -339,6 +339,34 @@ async fn with_retention_delete_claims_go_on_scale_down_and_after_every_pod_on_de
         "the held claim stays"
     );
 
+    // Growing the claims on a class that does not allow expansion (both
+    // here: the test's class and kind's local-path): refused by the API
+    // server, said in an Event and the status, the claim unchanged.
+    api.patch(
+        "drop",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"storage": {"size": "200Mi"}}})),
+    )
+    .await
+    .unwrap();
+    crate::redis::events_with_reasons(&env, &["ClaimNotExpandable"]).await;
+    let failed = wait_for("ReplicaFailure ClaimNotExpandable", TIMEOUT, || async {
+        let r = api.get("drop").await.ok()?;
+        let c = r
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+        (c.reason == "ClaimNotExpandable").then_some(c.message)
+    })
+    .await;
+    assert!(failed.contains(held.iter().next().unwrap()), "{failed}");
+    let still: PersistentVolumeClaim = claims_api.get(held.iter().next().unwrap()).await.unwrap();
+    let asked = still.spec.unwrap().resources.unwrap().requests.unwrap()["storage"]
+        .0
+        .clone();
+    assert_eq!(asked, "100Mi", "the claim unchanged");
+
     // Deletion: every Pod goes before any claim.
     let pods_api: Api<Pod> = env.api();
     let rv = current_rv(&pods_api).await;
