@@ -642,7 +642,16 @@ impl Extras<Redis> for ReplicationExtras {
                     owned.iter().any(|o| &o.name == c && !o.deleting)
                 }),
             })
-            .or_else(|| adopted_primary_claim(ctx, owner));
+            // Only a Redis with claims has any to look through: the claim
+            // cache is not scanned on every round of every other Redis.
+            .or_else(|| {
+                redis
+                    .spec
+                    .storage
+                    .is_some()
+                    .then(|| adopted_primary_claim(ctx, owner))
+                    .flatten()
+            });
         // Redis's order of a rollout (`rollout.rs`): replicas first, the
         // primary handed over, then the old primary.
         let recorded_pod = recorded.as_ref().map(|r| r.pod.clone());
@@ -781,7 +790,7 @@ impl Extras<Redis> for ReplicationExtras {
                 && m.info()
                     .is_some_and(|i| i.role == crate::redis::replication::info::Role::Primary)
         });
-        if primary_answers {
+        if primary_answers && redis.spec.storage.is_some() {
             let keep = round.primary.as_ref().and_then(|p| p.claim.clone());
             self.replace_stranded_claims(ctx, owner, &pods, keep.as_deref(), primary.as_deref())
                 .await;
