@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use podkeeper::api::{Application, Redis};
@@ -571,22 +570,8 @@ async fn hostile_objects_are_refused_or_reported_and_nothing_else_suffers() {
         Some(())
     })
     .await;
-    let events: Api<Event> = env.api();
-    wait_for("Warning Events for both", TIMEOUT, || async {
-        let reasons: Vec<String> = events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter_map(|e| e.reason)
-            .collect();
-        ["InvalidSpec", "FailedService", "FailedCreate"]
-            .iter()
-            .all(|w| reasons.iter().any(|r| r == w))
-            .then_some(())
-    })
-    .await;
+    crate::redis::events_with_reasons(&env, &["InvalidSpec", "FailedService", "FailedCreate"])
+        .await;
 
     // The bystander has exactly its two Pods, the copycat its one, and the
     // operator is still up.
