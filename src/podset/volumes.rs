@@ -278,8 +278,18 @@ pub async fn expand(
                 ),
             ),
             Err(e) => {
+                // The API server's answer for a class without
+                // `allowVolumeExpansion` is a 403 that speaks of resizing;
+                // anything else (quota, webhook, 5xx) may pass on a retry.
+                let not_expandable = matches!(&e, kube::Error::Api(s)
+                    if s.code == 403 && s.message.contains("resize"));
+                let reason = if not_expandable {
+                    "ClaimNotExpandable"
+                } else {
+                    "FailedExpandClaim"
+                };
                 return Err(executor
-                    .claim_failure(owner, "ClaimNotExpandable", &c.name_any(), &e)
+                    .claim_failure(owner, reason, &c.name_any(), &e)
                     .await);
             }
         }

@@ -26,4 +26,5 @@ mod scheduling;
 mod ship;
 mod simulated;
 mod storage;
+mod storage_refusals;
 mod transients;

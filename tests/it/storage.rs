@@ -30,25 +30,43 @@ const CLAIM_LABEL: &str = "podkeeper.dev/claim";
 /// controller to bind (named after the namespace, removed with
 /// [`Volumes::remove`]); on kind none (the cluster's default class and its
 /// provisioner).
-struct Volumes {
-    class: Option<String>,
+pub(crate) struct Volumes {
+    pub(crate) class: Option<String>,
 }
 
 impl Volumes {
-    async fn make(env: &TestEnv, count: usize) -> Volumes {
-        if real_containers() {
+    pub(crate) async fn make(env: &TestEnv, count: usize) -> Volumes {
+        Volumes::of_class(env, count, false).await
+    }
+
+    /// The same with a class that allows volume expansion (on kind: one of
+    /// the local-path provisioner's, which says so).
+    pub(crate) async fn expanding(env: &TestEnv, count: usize) -> Volumes {
+        Volumes::of_class(env, count, true).await
+    }
+
+    async fn of_class(env: &TestEnv, count: usize, expansion: bool) -> Volumes {
+        if real_containers() && !expansion {
             return Volumes { class: None };
         }
         let class = env.namespace.clone();
         let classes: Api<StorageClass> = Api::all(env.client.clone());
+        let (provisioner, binding) = if real_containers() {
+            ("rancher.io/local-path", "WaitForFirstConsumer")
+        } else {
+            ("kubernetes.io/no-provisioner", "Immediate")
+        };
         let sc: StorageClass = serde_json::from_value(json!({
             "metadata": {"name": class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-            "allowVolumeExpansion": false,
+            "provisioner": provisioner,
+            "volumeBindingMode": binding,
+            "allowVolumeExpansion": expansion,
         }))
         .unwrap();
         classes.create(&PostParams::default(), &sc).await.unwrap();
+        if real_containers() {
+            return Volumes { class: Some(class) };
+        }
         let pvs: Api<PersistentVolume> = Api::all(env.client.clone());
         for i in 0..count {
             let pv: PersistentVolume = serde_json::from_value(json!({
@@ -67,7 +85,7 @@ impl Volumes {
         Volumes { class: Some(class) }
     }
 
-    async fn remove(&self, env: &TestEnv) {
+    pub(crate) async fn remove(&self, env: &TestEnv) {
         let Some(class) = &self.class else { return };
         let pvs: Api<PersistentVolume> = Api::all(env.client.clone());
         let _ = pvs
@@ -81,7 +99,7 @@ impl Volumes {
     }
 }
 
-fn stored(name: &str, replicas: i32, class: Option<&str>, retention: &str) -> Redis {
+pub(crate) fn stored(name: &str, replicas: i32, class: Option<&str>, retention: &str) -> Redis {
     let mut storage = json!({
         "size": "100Mi",
         "retention": {"whenScaled": retention, "whenDeleted": retention},
@@ -98,7 +116,7 @@ fn stored(name: &str, replicas: i32, class: Option<&str>, retention: &str) -> Re
 }
 
 /// The claims in the namespace: name to the uids of their owners.
-async fn claims(env: &TestEnv) -> BTreeMap<String, Vec<String>> {
+pub(crate) async fn claims(env: &TestEnv) -> BTreeMap<String, Vec<String>> {
     let api: Api<PersistentVolumeClaim> = env.api();
     api.list(&ListParams::default())
         .await
@@ -115,7 +133,7 @@ async fn claims(env: &TestEnv) -> BTreeMap<String, Vec<String>> {
 
 /// Each live Pod's claim, from its label, checked against the volume it
 /// mounts.
-fn claims_of(pods: &[Pod]) -> BTreeMap<String, String> {
+pub(crate) fn claims_of(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
         .map(|p| {
             let claim = p.labels().get(CLAIM_LABEL).cloned().expect("a claim label");
@@ -407,6 +425,68 @@ async fn with_retention_delete_claims_go_on_scale_down_and_after_every_pod_on_de
         claims(&env).await.is_empty().then_some(())
     })
     .await;
+    op.assert_running();
+    drop(op);
+    volumes.remove(&env).await;
+}
+
+/// Raising `size` on a class that allows expansion patches every claim in
+/// place (same claim, same Pods); the volume's resize is the storage
+/// driver's (none here finishes one: the claims' `status.capacity` stays).
+#[tokio::test]
+async fn raising_the_size_grows_every_claim_in_place_where_the_class_allows_it() {
+    let env = TestEnv::new("storage-grow").await;
+    let volumes = Volumes::expanding(&env, 2).await;
+    let mut op = env.start_operator();
+    let api: Api<Redis> = env.api();
+    api.create(
+        &PostParams::default(),
+        &stored("grow", 2, volumes.class.as_deref(), "Retain"),
+    )
+    .await
+    .unwrap();
+    let (_, pods) = converged(&env, "grow", 2).await;
+    let claims_api: Api<PersistentVolumeClaim> = env.api();
+    let uids = |list: Vec<PersistentVolumeClaim>| -> BTreeMap<String, String> {
+        list.into_iter()
+            .map(|c| (c.name_any(), c.uid().unwrap()))
+            .collect()
+    };
+    let before = uids(claims_api.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(before.len(), 2);
+
+    api.patch(
+        "grow",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"storage": {"size": "200Mi"}}})),
+    )
+    .await
+    .unwrap();
+    let grown = wait_for("every claim asking for 200Mi", TIMEOUT, || async {
+        let list = claims_api.list(&ListParams::default()).await.ok()?.items;
+        list.iter()
+            .all(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.resources.as_ref())
+                    .and_then(|r| r.requests.as_ref())
+                    .is_some_and(|r| r["storage"].0 == "200Mi")
+            })
+            .then_some(list)
+    })
+    .await;
+    assert_eq!(uids(grown), before, "the same claims, grown in place");
+    crate::redis::events_with_reasons(&env, &["ExpandingClaim"]).await;
+    let (r, after) = converged(&env, "grow", 2).await;
+    let names = |p: &[Pod]| p.iter().map(|p| p.uid().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(names(&after), names(&pods), "no member replaced");
+    let failure = r
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True");
+    assert_eq!(failure, None);
     op.assert_running();
     drop(op);
     volumes.remove(&env).await;

@@ -90,7 +90,8 @@ pub(crate) async fn wait_failure(env: &TestEnv, name: &str, reason: &str) -> Red
 }
 
 /// A cluster-wide policy, bound to this test's namespace only, that refuses
-/// `operation` on Pods. Dropped with [`Policy::remove`].
+/// operations on Pods (or on another core resource, [`Policy::refuse_on`]).
+/// Dropped with [`Policy::remove`].
 pub(crate) struct Policy {
     name: String,
     client: kube::Client,
@@ -109,7 +110,23 @@ impl Policy {
         expression: &str,
         message: &str,
     ) -> Policy {
-        let name = format!("refuse-{}-{}", operation.to_lowercase(), env.namespace);
+        Policy::refuse_on(env, "pods", &[operation], expression, message).await
+    }
+
+    /// Refuses `operations` on the core (group "") `resource` unless the
+    /// CEL `expression` holds.
+    pub(crate) async fn refuse_on(
+        env: &TestEnv,
+        resource: &str,
+        operations: &[&str],
+        expression: &str,
+        message: &str,
+    ) -> Policy {
+        let name = format!(
+            "refuse-{resource}-{}-{}",
+            operations.join("-").to_lowercase(),
+            env.namespace
+        );
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
         let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
         let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
@@ -118,7 +135,7 @@ impl Policy {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": [operation], "resources": ["pods"]
+                    "operations": operations, "resources": [resource]
                 }]},
                 "validations": [{"expression": expression, "message": message}]
             }
@@ -170,18 +187,23 @@ impl Policy {
 /// the API server answers every matching request `500 Internal Server
 /// Error` ("failed calling webhook"), as it does while a real webhook's
 /// backend is down. Dropped with [`DownWebhook::remove`].
-struct DownWebhook {
+pub(crate) struct DownWebhook {
     name: String,
     client: kube::Client,
 }
 
 impl DownWebhook {
-    async fn on(env: &TestEnv, resource: &str, operation: &str) -> DownWebhook {
+    pub(crate) async fn on(env: &TestEnv, resource: &str, operation: &str) -> DownWebhook {
         DownWebhook::on_group(env, "", resource, operation).await
     }
 
     /// The same for `resource` of API group `group`, version v1.
-    async fn on_group(env: &TestEnv, group: &str, resource: &str, operation: &str) -> DownWebhook {
+    pub(crate) async fn on_group(
+        env: &TestEnv,
+        group: &str,
+        resource: &str,
+        operation: &str,
+    ) -> DownWebhook {
         let name = format!(
             "down-{}-{}-{}.podkeeper.dev",
             resource.replace('/', "-"),
@@ -218,7 +240,7 @@ impl DownWebhook {
         }
     }
 
-    async fn remove(self) {
+    pub(crate) async fn remove(self) {
         let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(self.client);
         webhooks
             .delete(&self.name, &DeleteParams::default())
