@@ -110,21 +110,29 @@ pub fn cni_config(pod_cidr: &str) -> String {
     .to_string()
 }
 
-/// The shell run on `node`: its CNI configuration, forwarding on, and a
-/// route to each other node's Pods.
+/// The shell run on `node`: its CNI configuration, and forwarding on with a
+/// route to each other node's Pods, now and at every start of the node (a
+/// systemd unit: a node container restarted gets a new network namespace,
+/// without the routes, which kindnetd would otherwise have put back).
 pub fn network_script(node: &NodeAddress, all: &[NodeAddress]) -> String {
-    let mut script = format!(
-        "set -e\nsysctl -qw net.ipv4.ip_forward=1\nmkdir -p /etc/cni/net.d\ncat > /etc/cni/net.d/10-podkeeper.conflist.tmp <<'EOF'\n{}\nEOF\nmv /etc/cni/net.d/10-podkeeper.conflist.tmp /etc/cni/net.d/10-podkeeper.conflist\n",
-        cni_config(&node.pod_cidr)
-    );
+    let mut routes = String::from("sysctl -qw net.ipv4.ip_forward=1\n");
     for other in all.iter().filter(|o| o.name != node.name) {
-        script.push_str(&format!(
+        routes.push_str(&format!(
             "ip route replace {} via {}\n",
             other.pod_cidr, other.ip
         ));
     }
-    script
+    format!(
+        "set -e\nmkdir -p /etc/cni/net.d /etc/podkeeper\ncat > /etc/cni/net.d/10-podkeeper.conflist.tmp <<'EOF'\n{}\nEOF\nmv /etc/cni/net.d/10-podkeeper.conflist.tmp /etc/cni/net.d/10-podkeeper.conflist\n\
+         cat > /etc/podkeeper/routes.sh <<'EOF'\n{routes}EOF\n\
+         cat > /etc/systemd/system/podkeeper-routes.service <<'EOF'\n{ROUTES_UNIT}EOF\n\
+         systemctl daemon-reload\nsystemctl enable -q podkeeper-routes.service\nsh /etc/podkeeper/routes.sh\n",
+        cni_config(&node.pod_cidr)
+    )
 }
+
+/// The unit that puts a node's Pod routes back when it starts.
+const ROUTES_UNIT: &str = "[Unit]\nDescription=podkeeper: routes to the other nodes' Pods\nBefore=kubelet.service\n\n[Service]\nType=oneshot\nExecStart=/bin/sh /etc/podkeeper/routes.sh\n\n[Install]\nWantedBy=multi-user.target\n";
 
 /// CoreDNS's Corefile without its `forward` block: names outside the
 /// cluster are not resolved. The nodes' resolver is Docker's 127.0.0.11,
@@ -509,6 +517,9 @@ mod tests {
         assert!(script.contains("ip route replace 10.244.0.0/24 via 172.18.0.2\n"));
         assert!(script.contains("ip route replace 10.244.2.0/24 via 172.18.0.4\n"));
         assert!(!script.contains("10.244.1.0/24 via"));
+        // The routes come back when the node starts again.
+        assert!(script.contains("systemctl enable -q podkeeper-routes.service\n"));
+        assert!(ROUTES_UNIT.contains("ExecStart=/bin/sh /etc/podkeeper/routes.sh"));
         assert!(script.contains("\"subnet\":\"10.244.1.0/24\""));
     }
 

@@ -85,8 +85,12 @@ pub struct BenchRedisArgs {
     /// deleted at once under writes (see `storage`).
     #[arg(long, default_value_t = 0)]
     pub restarts: usize,
-    /// Keys of 1 KiB loaded before the restart-all runs and checked after
-    /// each.
+    /// Node-restart runs: the kind nodes under a Redis of 3 with
+    /// spec.storage restarted at once under writes (see `storage`).
+    #[arg(long, default_value_t = 0)]
+    pub node_restarts: usize,
+    /// Keys of 1 KiB loaded before the restart-all (and node-restart) runs
+    /// and checked after each.
     #[arg(long, default_value_t = 10_000)]
     pub restart_keys: u64,
     /// Replica resync runs: the replica of a Redis of 2 with storage and of
@@ -228,6 +232,7 @@ pub struct Report {
     pub operator_cutoffs: partition::Partitions,
     pub fleet: fleet::Fleet,
     pub restarts: storage::Restarts,
+    pub node_restarts: storage::Restarts,
     pub resyncs: storage::Resyncs,
     pub drains: storage::Drains,
     /// Times the client Pod's container was started again (a failed start
@@ -301,7 +306,18 @@ async fn measure(
             session,
             args.restarts,
             args.restart_keys,
+            storage::AllAtOnce::PodsDeleted,
             &mut report.restarts,
+        )
+        .await?;
+    }
+    if args.node_restarts > 0 {
+        storage::restarts(
+            session,
+            args.node_restarts,
+            args.restart_keys,
+            storage::AllAtOnce::NodesRestarted,
+            &mut report.node_restarts,
         )
         .await?;
     }

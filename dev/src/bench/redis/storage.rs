@@ -199,6 +199,8 @@ async fn redis_events(session: &Session, name: &str) -> Result<Vec<RedisEvent>, 
 
 pub const RESTART_METHOD: &str = "A Redis of 3 members with spec.storage (1Gi claims of the default StorageClass, local-path on kind; AOF everysec, the operator's default with storage) is loaded with a dataset of 1 KiB keys d1..dN (Lua on the primary: 26 SHA-1 hex digests per value, so every value can be checked), then the writer writes through the <name> Service the whole time. Each run deletes every Pod of the Redis at once (one delete call per Pod, default grace period, sent concurrently) and measures, from the first call: the end of the first write accepted by a redis-server process that had accepted none before the deletion (writes accepted again), and Ready with 3 new Pods, every member in the status (came back Ready without help, 300 s at most). Once Ready, every write acknowledged (WAIT 1) before the deletion is read back through the Service, and a Lua script on the primary checks every dataset key's value. Acknowledged writes over the whole series are read back at the end.";
 
+pub const NODE_RESTART_METHOD: &str = "The same Redis, dataset and checks as restart-all, but each run restarts the kind nodes (Docker containers) that run the Redis's Pods at once: docker kill of them all (every process on the node killed with no shutdown: like a power cut, except that writes a process had handed to the kernel are kept in the host's page cache), then docker start of them all, each at its address on the kind network (the node's systemd, containerd and kubelet start again, and podkeeper's kind set-up puts the Pod routes back). The Pods are the same objects; the kubelets start their containers again with new IPs. The writer runs in a client Pod on the control plane's node, which is not restarted, so its own downtime is not counted; the operator runs wherever the cluster put it (on a worker, it is restarted too). Writes accepted again and Ready are measured from the restart command, Ready meaning every member's container started after the restart (or a new Pod) and Ready, and the status naming every member.";
+
 pub const RESYNC_METHOD: &str = "Two Redis of 2 members side by side, one with spec.storage (1Gi claim, AOF everysec) and one without, each loaded with the same dataset of 1 KiB keys (Lua on the primary: 26 SHA-1 hex digests per value, which the RDB's LZF compression does not shrink). Each run deletes the replica's Pod of each Redis in turn (which goes first alternates) and measures, from the delete call, until the replacement (with storage: on the same claim, loading its AOF first) reports master_link_status:up towards the primary, and until, linked, its slave_repl_offset equals the primary's master_repl_offset (both polled every 0.1 s with redis-cli from the client Pod; the times are the client's, the same host clock). No writes run. The primary's sync_full, sync_partial_ok and sync_partial_err counters (INFO stats) tell a full resynchronisation from a partial one; the bytes are the replacement's total_net_repl_input_bytes (a new process: everything it received from its primary) and the primary's total_net_repl_output_bytes over the run.";
 
 pub const DRAIN_METHOD: &str = "A Redis of 3 members with spec.storage (local-path: a claim's volume stays on its node) on kind's 2 workers, the writer writing through the <name> Service the whole time. Each run runs kubectl drain of the primary's node with --ignore-daemonsets --delete-emptydir-data --timeout=300s and --pod-selector for the Redis's Pods (the cluster is shared: the drain evicts no one else's Pods; the node is cordoned whole), through the eviction API as a user's drain does, so a PodDisruptionBudget is honoured. It measures the drain's duration, the longest pause between accepted writes overlapping it, when status.primary named another Pod and when the old primary's Pod began terminating (both from watches), the Redis's Events in that time (SwitchingOver, Promoted: their eventTime, µs), how the writer's attempts in the longest pause were refused, and whether a write is accepted within 60 s after the drain while the node stays cordoned (members evicted from it cannot start elsewhere: their volumes are on it). Then kubectl uncordon and Ready with 3 members before the next run. Acknowledged writes over the whole series are read back at the end.";
@@ -239,56 +241,104 @@ fn primary_claim(r: &Redis) -> Option<String> {
     r.status.as_ref()?.primary.as_ref()?.claim.clone()
 }
 
+/// How every member goes at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllAtOnce {
+    /// One delete call per Pod, sent concurrently.
+    PodsDeleted,
+    /// The kind nodes that run the members killed and started again, all
+    /// at once.
+    NodesRestarted,
+}
+
+/// The client Pod of the node-restart runs: on the control plane's node,
+/// which they do not restart.
+const NODE_CLIENT: &str = "client-cp";
+
 /// Restart-all, `runs` times, into `out` (kept as far as it got on error).
 pub async fn restarts(
     session: &Session,
     runs: usize,
     keys: u64,
+    how: AllAtOnce,
     out: &mut Restarts,
 ) -> Result<(), crate::Error> {
-    let name = "restart";
+    let (name, method, client) = match how {
+        AllAtOnce::PodsDeleted => ("restart", RESTART_METHOD, session::CLIENT),
+        AllAtOnce::NodesRestarted => ("reboot", NODE_RESTART_METHOD, NODE_CLIENT),
+    };
+    let event = match how {
+        AllAtOnce::PodsDeleted => "deletion",
+        AllAtOnce::NodesRestarted => "restart",
+    };
     let n = 3;
     *out = Restarts {
-        method: RESTART_METHOD.into(),
+        method: method.into(),
         runs,
         members: n,
         dataset_keys: keys,
         load: (load_average(), String::new()),
         ..Default::default()
     };
+    if how == AllAtOnce::NodesRestarted {
+        let node = control_plane_node(session).await?;
+        let pods: Api<Pod> = session.api();
+        if pods.get_opt(client).await?.is_none() {
+            session.add_client(client, REDIS_IMAGE, Some(&node)).await?;
+        }
+    }
     session.create_redis_spec(name, redis_spec(n, true)).await?;
     session.settled(name, n as usize, STEP_TIMEOUT).await?;
     load_dataset(session, name, keys).await?;
     let host = session.cluster_ip(name).await?;
-    session.start_writer(&host, PORT, 1).await?;
-    session.writes_accepted(20).await?;
+    session.start_writer_in(client, "w", &host, PORT, 1).await?;
+    session.writes_accepted_in(client, 20).await?;
     let watch = InvariantWatch::start(session, name);
     let pods: Api<Pod> = session.api();
     for run in 0..runs {
-        let label = format!("restart {}/{runs}", run + 1);
+        let label = format!("{name} {}/{runs}", run + 1);
         let (r, before) = session.settled(name, n as usize, STEP_TIMEOUT).await?;
         let old_claim = primary_claim(&r);
-        session.writes_accepted(10).await?;
+        session.writes_accepted_in(client, 10).await?;
         let old_uids: BTreeSet<String> = before.iter().filter_map(|p| p.uid()).collect();
         let deleted_at = now();
-        let deletes = before.iter().map(|p| {
-            let pods = pods.clone();
-            let pod = p.name_any();
-            async move { pods.delete(&pod, &DeleteParams::default()).await }
-        });
-        for d in futures::future::join_all(deletes).await {
-            d?;
+        match how {
+            AllAtOnce::PodsDeleted => {
+                let deletes = before.iter().map(|p| {
+                    let pods = pods.clone();
+                    let pod = p.name_any();
+                    async move { pods.delete(&pod, &DeleteParams::default()).await }
+                });
+                for d in futures::future::join_all(deletes).await {
+                    d?;
+                }
+                progress(&format!(
+                    "{label}: {} Pods deleted at once; waiting for Ready",
+                    before.len()
+                ));
+            }
+            AllAtOnce::NodesRestarted => {
+                let nodes: BTreeSet<String> = before
+                    .iter()
+                    .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                    .collect();
+                restart_nodes(&nodes)?;
+                progress(&format!(
+                    "{label}: nodes {nodes:?} restarted at once; waiting for Ready"
+                ));
+            }
         }
-        progress(&format!(
-            "{label}: {} Pods deleted at once; waiting for Ready",
-            before.len()
-        ));
-        let new_members = session::wait("every member replaced", READY_TIMEOUT, || async {
+        // Back: every member a new Pod, or (nodes restarted) the same Pod
+        // whose container started after the restart; all Ready.
+        let after = deleted_at.floor() as i64;
+        let new_members = session::wait("every member back", READY_TIMEOUT, || async {
             let live = session::member_pods(&pods, name).await?;
             (live.len() == n as usize
-                && live
-                    .iter()
-                    .all(|p| p.uid().is_some_and(|u| !old_uids.contains(&u)) && pod_is_ready(p)))
+                && live.iter().all(|p| {
+                    let new = p.uid().is_some_and(|u| !old_uids.contains(&u))
+                        || started_at(p).is_some_and(|t| t >= after);
+                    new && pod_is_ready(p)
+                }))
             .then_some(())
         })
         .await;
@@ -311,8 +361,8 @@ pub async fn restarts(
         if old_claim.is_some() && primary_claim(&r) == old_claim {
             out.primary_claim_kept += 1;
         }
-        session.writes_accepted(5).await?;
-        let (writes, _) = session.writes()?;
+        session.writes_accepted_in(client, 5).await?;
+        let (writes, _) = session.writes_in(client)?;
         let old_runs: BTreeSet<&str> = writes
             .iter()
             .filter(|a| a.accepted && a.end < deleted_at)
@@ -328,14 +378,14 @@ pub async fn restarts(
             .filter(|a| a.end < deleted_at && a.accepted && a.acks.is_some_and(|n| n >= 1))
             .map(|a| a.key)
             .collect();
-        let lost = session.lost(&host, PORT, &before_acked)?;
+        let lost = session.lost_keyed_from(client, "w", &host, PORT, &before_acked)?;
         let missing = check_dataset(session, name, keys).await?;
         out.acknowledged_before.push(before_acked.len());
         out.acknowledged_before_lost.push(lost.len());
         out.dataset_missing.push(missing);
         let pause = writer::longest_pause(&writes, deleted_at, first.end).map_or(0.0, |p| p.0);
         progress(&format!(
-            "{label}: writes accepted again {to_writes:.2} s after the deletion (longest pause {pause:.2} s), Ready {ready_s:.1} s after; primary {} on claim {} (before: {}); acknowledged before the deletion lost: {} of {}; dataset keys missing: {missing} of {keys}",
+            "{label}: writes accepted again {to_writes:.2} s after the {event} (longest pause {pause:.2} s), Ready {ready_s:.1} s after; primary {} on claim {} (before: {}); acknowledged before the {event} lost: {} of {}; dataset keys missing: {missing} of {keys}",
             r.primary_pod().unwrap_or("-"),
             primary_claim(&r).unwrap_or_else(|| "-".into()),
             old_claim.as_deref().unwrap_or("-"),
@@ -350,9 +400,73 @@ pub async fn restarts(
             ));
         }
     }
-    out.writes = super::wind_up(session, &host, watch).await?;
+    out.writes = super::wind_up_in(session, client, &host, watch).await?;
     out.load.1 = load_average();
     super::delete_redis(session, name).await?;
+    Ok(())
+}
+
+/// When the Pod's first container started (its current run), s since the
+/// epoch.
+fn started_at(p: &Pod) -> Option<i64> {
+    let s = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    Some(
+        s.state
+            .as_ref()?
+            .running
+            .as_ref()?
+            .started_at
+            .as_ref()?
+            .0
+            .as_second(),
+    )
+}
+
+/// The control plane's node.
+async fn control_plane_node(session: &Session) -> Result<String, crate::Error> {
+    let nodes: Api<Node> = Api::all(session.client.clone());
+    nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|n| {
+            n.labels()
+                .contains_key("node-role.kubernetes.io/control-plane")
+        })
+        .map(|n| n.name_any())
+        .ok_or_else(|| other("no control-plane node"))
+}
+
+/// Restarts the kind nodes (their Docker containers) at once, killing
+/// every process on them: `docker kill` of all, then `docker start` of all.
+/// Each is reattached to the kind network at its address in between:
+/// Docker hands addresses out afresh at a start, and a kind node's kubelet
+/// keeps the address it was made with.
+fn restart_nodes(nodes: &BTreeSet<String>) -> Result<(), crate::Error> {
+    let docker = |args: &[&str]| -> Result<String, crate::Error> {
+        let out = Command::new("docker").args(args).output().map_err(other)?;
+        if !out.status.success() {
+            return Err(other(format!(
+                "docker {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let template = "{{(index .NetworkSettings.Networks \"kind\").IPAddress}}";
+    let addresses: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| Ok((n.clone(), docker(&["inspect", "-f", template, n])?)))
+        .collect::<Result<_, crate::Error>>()?;
+    let all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    docker(&[&["kill"], &all[..]].concat())?;
+    for (node, ip) in &addresses {
+        docker(&["network", "disconnect", "kind", node])?;
+        docker(&["network", "connect", "--ip", ip, "kind", node])?;
+    }
+    docker(&[&["start"], &all[..]].concat())?;
     Ok(())
 }
 
@@ -954,7 +1068,13 @@ fn mb(bytes: u64) -> f64 {
 
 /// The three sections, for those that ran.
 pub fn markdown(s: &mut String, r: &super::Report) {
-    restarts_markdown(s, &r.restarts);
+    restarts_markdown(s, &r.restarts, "every Pod deleted at once", "deletion");
+    restarts_markdown(
+        s,
+        &r.node_restarts,
+        "every node under it restarted at once",
+        "restart",
+    );
     resyncs_markdown(s, &r.resyncs);
     drains_markdown(s, &r.drains);
 }
@@ -965,14 +1085,14 @@ fn failures(s: &mut String, failures: &[String]) {
     }
 }
 
-fn restarts_markdown(s: &mut String, r: &Restarts) {
+fn restarts_markdown(s: &mut String, r: &Restarts, what: &str, event: &str) {
     if r.runs == 0 {
         return;
     }
     let done = r.to_ready_s.len();
     let _ = writeln!(
         s,
-        "### Restart-all with storage: every Pod deleted at once ({done} of {} runs, {} members, {} dataset keys of 1 KiB)\n\n{}\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+        "### Restart-all with storage: {what} ({done} of {} runs, {} members, {} dataset keys of 1 KiB)\n\n{}\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
         r.runs, r.members, r.dataset_keys, r.method, r.load.0, r.load.1
     );
     let _ = writeln!(s, "| measure | result |\n|---|---|");
@@ -983,17 +1103,17 @@ fn restarts_markdown(s: &mut String, r: &Restarts) {
     );
     let _ = writeln!(
         s,
-        "| deletion to writes accepted again, p50 / p99 / max (s) | {} |",
+        "| {event} to writes accepted again, p50 / p99 / max (s) | {} |",
         fmt_p(&percentiles(&r.to_writes_s))
     );
     let _ = writeln!(
         s,
-        "| deletion to Ready with 3 new Pods, p50 / p99 / max (s) | {} |",
+        "| {event} to Ready with every member back, p50 / p99 / max (s) | {} |",
         fmt_p(&percentiles(&r.to_ready_s))
     );
     let _ = writeln!(
         s,
-        "| acknowledged (WAIT 1) writes made before a deletion missing after it (each run reads back every write acknowledged before it: {} at most) | {} |",
+        "| acknowledged (WAIT 1) writes made before the {event} missing after it (each run reads back every write acknowledged before it: {} at most) | {} |",
         r.acknowledged_before.iter().max().unwrap_or(&0),
         r.acknowledged_before_lost.iter().sum::<usize>(),
     );
