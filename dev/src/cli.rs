@@ -61,11 +61,20 @@ pub enum KindCommand {
         /// Worker nodes besides the control plane.
         #[arg(long, default_value_t = 2)]
         workers: u32,
+        /// Deploy an S3-compatible object store (versitygw) too, at
+        /// http://object-store.podkeeper-objects.svc:80, its keys in Secret
+        /// podkeeper-objects/object-store-credentials.
+        #[arg(long)]
+        object_store: bool,
     },
     /// Build the node image and everything in it; prints its tag.
     NodeImage,
     /// Build the workload images (Redis, httpd); prints their names.
-    Images,
+    Images {
+        /// The object store's image (versitygw) too.
+        #[arg(long)]
+        object_store: bool,
+    },
     /// Load Docker images into the cluster.
     Load {
         #[command(flatten)]
@@ -153,6 +162,10 @@ pub struct DevArgs {
     /// cluster is created.
     #[arg(long, default_value_t = 2, requires = "kind")]
     pub kind_workers: u32,
+    /// With --kind: deploy an S3-compatible object store (versitygw) into
+    /// the cluster too (`kind up --object-store`).
+    #[arg(long, requires = "kind")]
+    pub object_store: bool,
     /// Raise the QPS limits of the local control plane (for benchmarks).
     #[arg(long, hide = true)]
     pub raise_qps_limits: bool,
@@ -202,5 +215,24 @@ mod tests {
         };
         assert_eq!((args.kind_name.as_str(), args.kind_workers), ("mine", 0));
         assert_eq!(args.operator.redis_connect, None);
+        assert!(!args.object_store);
+    }
+
+    #[test]
+    fn the_object_store_is_asked_for_by_kind_up_and_dev_kind() {
+        assert!(Cli::try_parse_from(["podkeeper-dev", "dev", "--object-store"]).is_err());
+        let dev = Cli::parse_from(["podkeeper-dev", "dev", "--kind", "--object-store"]);
+        let Command::Dev(args) = dev.command else {
+            panic!("dev")
+        };
+        assert!(args.object_store);
+        let up = Cli::parse_from(["podkeeper-dev", "kind", "up", "--object-store"]);
+        let Command::Kind {
+            command: KindCommand::Up { object_store, .. },
+        } = up.command
+        else {
+            panic!("kind up")
+        };
+        assert!(object_store);
     }
 }

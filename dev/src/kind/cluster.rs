@@ -163,6 +163,8 @@ pub fn corefile_without_forward(corefile: &str) -> String {
 pub struct UpOptions {
     pub name: String,
     pub workers: u32,
+    /// Deploy the object store too ([`super::object_store`]).
+    pub object_store: bool,
 }
 
 fn kind(kind: &Path) -> Command {

@@ -2,7 +2,7 @@
 
 use crate::cli::KindCommand;
 
-use super::{UpOptions, cluster, tools};
+use super::{UpOptions, cluster, object_store, tools, versions};
 
 pub async fn run(command: KindCommand) -> Result<(), crate::Error> {
     tokio::task::spawn_blocking(move || run_blocking(command))
@@ -13,17 +13,35 @@ pub async fn run(command: KindCommand) -> Result<(), crate::Error> {
 
 fn run_blocking(command: KindCommand) -> Result<(), super::Error> {
     match command {
-        KindCommand::Up { cluster, workers } => {
+        KindCommand::Up {
+            cluster,
+            workers,
+            object_store,
+        } => {
             let path = super::up(&UpOptions {
                 name: cluster.name,
                 workers,
+                object_store,
             })?;
+            if object_store {
+                // On stderr: stdout is the kubeconfig's path alone, for scripts.
+                super::progress(&format!(
+                    "object store (S3, versitygw v{}, path-style, region {}) at {} from inside the cluster; its keys: {}",
+                    versions::VERSITYGW,
+                    object_store::REGION,
+                    object_store::endpoint(),
+                    object_store::credentials_hint()
+                ));
+            }
             println!("{}", path.display());
         }
         KindCommand::NodeImage => println!("{}", super::ensure_node_image()?.0),
-        KindCommand::Images => {
+        KindCommand::Images { object_store } => {
             for name in super::ensure_workload_images()? {
                 println!("{name}");
+            }
+            if object_store {
+                println!("{}", super::ensure_object_store_image()?);
             }
         }
         KindCommand::Load { cluster, images } => {

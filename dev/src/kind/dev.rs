@@ -22,6 +22,7 @@ pub async fn run(
     let opts = UpOptions {
         name: args.kind_name.clone(),
         workers: args.kind_workers,
+        object_store: args.object_store,
     };
     let name = opts.name.clone();
     let path = tokio::task::spawn_blocking(move || super::up(&opts))
@@ -55,6 +56,15 @@ pub async fn run(
         "podkeeper: PersistentVolumeClaims without a class bind through the default StorageClass `{}` (local-path-provisioner)",
         super::storage::STORAGE_CLASS
     );
+    if args.object_store {
+        println!(
+            "podkeeper: object store (S3, versitygw v{}, path-style, region {}) at {} from inside the cluster; its keys:",
+            versions::VERSITYGW,
+            super::object_store::REGION,
+            super::object_store::endpoint()
+        );
+        println!("  {}", super::object_store::credentials_hint());
+    }
     println!(
         "podkeeper: the cluster stays after Ctrl-C; `cargo run -- kind down --name {name}` (podkeeper-dev) deletes it"
     );

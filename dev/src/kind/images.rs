@@ -8,7 +8,9 @@
 //!   a cluster with `kind load`;
 //! - the default StorageClass's provisioner (rancher's local-path-provisioner)
 //!   and its helper Pods' busybox, loaded the same way (see
-//!   [`super::storage`]).
+//!   [`super::storage`]);
+//! - the object store (versitygw), built and loaded only for a cluster asked
+//!   for it (see [`super::object_store`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -227,6 +229,22 @@ pub fn local_path_provisioner_image(tools: &Tools) -> ImageSpec {
     spec
 }
 
+/// The object store: versitygw alone on `scratch`, as a non-root user. It
+/// needs nothing but its data directory (a volume) and its port, so the
+/// image has no shell and no other file.
+pub fn versitygw_image(binary: PathBuf) -> ImageSpec {
+    let mut spec = scratch_binary(
+        v::versitygw_image(),
+        binary,
+        "/usr/local/bin/versitygw",
+        Some("/usr/local/bin/versitygw"),
+    );
+    spec.config.push("USER 65532:65532".into());
+    spec.config
+        .push(format!("EXPOSE {}", super::object_store::PORT));
+    spec
+}
+
 /// The local-path-provisioner's helper Pods: Debian's static busybox with
 /// its applets linked into /bin (the provisioner runs `/bin/sh
 /// /script/setup` and `/bin/sh /script/teardown`, which call `mkdir` and
@@ -298,6 +316,18 @@ mod tests {
         assert_eq!(
             spec.dockerfile("scratch"),
             format!("FROM scratch\nCOPY f0 /coredns\n{PATH_ENV}\nENTRYPOINT [\"/coredns\"]\n")
+        );
+    }
+
+    #[test]
+    fn the_object_store_image_is_the_binary_alone_as_a_non_root_user() {
+        let spec = versitygw_image("/cache/bin/versitygw-v1/versitygw".into());
+        assert_eq!(spec.name, v::versitygw_image());
+        assert_eq!(
+            spec.dockerfile("scratch"),
+            format!(
+                "FROM scratch\nCOPY f0 /usr/local/bin/versitygw\n{PATH_ENV}\nENTRYPOINT [\"/usr/local/bin/versitygw\"]\nUSER 65532:65532\nEXPOSE 7070\n"
+            )
         );
     }
 

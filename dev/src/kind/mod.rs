@@ -12,6 +12,8 @@
 //! - [`cluster`]: the kind configuration, the cluster and its Pod network.
 //! - [`storage`]: the default StorageClass and its provisioner
 //!   (local-path-provisioner).
+//! - [`object_store`]: an S3-compatible object store (versitygw), deployed
+//!   only on request (`kind up --object-store`).
 //! - [`preflight`]: whether an engine answers and a first build can run,
 //!   for `dev`'s choice of cluster.
 
@@ -22,6 +24,7 @@ mod docker;
 mod hash;
 pub mod images;
 pub mod node_image;
+pub mod object_store;
 pub mod preflight;
 pub mod rootfs;
 pub mod storage;
@@ -161,22 +164,40 @@ pub fn ensure_storage_images(tools: &tools::Tools) -> Result<Vec<String>, Error>
     Ok(specs.into_iter().map(|s| s.name).collect())
 }
 
+/// The object store's image ([`object_store`]), built if missing, with
+/// versitygw itself: only a cluster asked for the object store needs them.
+pub fn ensure_object_store_image() -> Result<String, Error> {
+    let _lock = build_lock()?;
+    let spec = images::versitygw_image(tools::ensure_object_store_tool()?);
+    spec.ensure(&cache_root())?;
+    Ok(spec.name)
+}
+
 /// Everything for a working cluster: the node image, the cluster (created
-/// unless it exists), its Pod network, the workload images loaded, and the
+/// unless it exists), its Pod network, the workload images loaded, the
 /// default StorageClass's provisioner deployed and Ready (on a reused
-/// cluster too). Returns the path of a kubeconfig for it.
+/// cluster too), and with `opts.object_store` the object store deployed
+/// and Ready. Returns the path of a kubeconfig for it.
 pub fn up(opts: &UpOptions) -> Result<PathBuf, Error> {
     let started = Instant::now();
     let (node_image, tools) = ensure_node_image()?;
     let workload = ensure_workload_images()?;
     let storage_images = ensure_storage_images(&tools)?;
+    let object_store_images = if opts.object_store {
+        vec![ensure_object_store_image()?]
+    } else {
+        Vec::new()
+    };
     cluster::create(&tools.kind, &node_image, opts)?;
     cluster::load(
         &tools.kind,
         &opts.name,
-        &[workload, storage_images].concat(),
+        &[workload, storage_images, object_store_images].concat(),
     )?;
     storage::install(&opts.name)?;
+    if opts.object_store {
+        object_store::install(&opts.name)?;
+    }
     let path = cache_root()
         .join("kind")
         .join(format!("{}.kubeconfig", opts.name));

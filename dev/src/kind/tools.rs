@@ -41,6 +41,15 @@ pub fn ensure_kind() -> Result<PathBuf, Error> {
     Ok(build_if_missing(&root, kind_build())?.join("kind"))
 }
 
+/// The object store's server (versitygw), built if missing. Not one of
+/// [`Tools`]: neither the node image nor a plain `kind up` needs it, so only
+/// a cluster asked for the object store pays for its build (257 s on 2 busy
+/// cores from cold Go caches; 44 MB).
+pub fn ensure_object_store_tool() -> Result<PathBuf, Error> {
+    let root = binaries::cache_root();
+    Ok(build_if_missing(&root, versitygw_build())?.join("versitygw"))
+}
+
 /// Builds whatever is missing. Takes many minutes on a cold cache and shows
 /// progress on stderr.
 pub fn ensure_tools() -> Result<Tools, Error> {
@@ -158,6 +167,18 @@ fn local_path_provisioner_build() -> GoBuild {
         &["github.com/rancher/local-path-provisioner"],
     );
     b.ldflags = format!("-X main.VERSION=v{}", v::LOCAL_PATH_PROVISIONER);
+    b
+}
+
+/// versitygw's one command, static (no cgo: every Go build here is, unless it
+/// says otherwise), with its version where `versitygw --version` prints it.
+fn versitygw_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("versitygw-v{}", v::VERSITYGW),
+        &require("github.com/versity/versitygw", v::VERSITYGW),
+        &["github.com/versity/versitygw/cmd/versitygw"],
+    );
+    b.ldflags = format!("-X main.Version=v{}", v::VERSITYGW);
     b
 }
 

@@ -20,6 +20,10 @@ pub const PAUSE: &str = "3.10.2";
 /// rancher's local-path-provisioner (`github.com/rancher/local-path-provisioner`),
 /// the dynamic provisioner behind the default StorageClass, as in stock kind.
 pub const LOCAL_PATH_PROVISIONER: &str = "0.0.30";
+/// versitygw (`github.com/versity/versitygw`, Apache-2.0), the S3-compatible
+/// object store that `kind up --object-store` deploys (its posix backend on a
+/// claim of the default StorageClass).
+pub const VERSITYGW: &str = "1.8.0";
 
 /// Debian release of every root filesystem (node, kube-proxy, workloads).
 pub const DEBIAN_SUITE: &str = "bookworm";
@@ -59,6 +63,12 @@ pub fn local_path_provisioner_image() -> String {
 }
 pub fn local_path_helper_image() -> String {
     format!("{CLUSTER_IMAGE_REPOSITORY}/busybox:{DEBIAN_SUITE}")
+}
+
+/// The object store's image (versitygw alone). Built and loaded with `kind
+/// load` only when a cluster is asked for the object store.
+pub fn versitygw_image() -> String {
+    format!("{CLUSTER_IMAGE_REPOSITORY}/versitygw:v{VERSITYGW}")
 }
 
 /// The etcd image tag (kubeadm's form, `<version>-0`).
