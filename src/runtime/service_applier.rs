@@ -132,6 +132,12 @@ pub enum Decision {
     /// first);
     /// the step's failure so far, if any.
     Report(Option<Failure>),
+    /// Nothing to start: what differs from the cache is what was just
+    /// applied, which the cache does not show yet. Look again after this
+    /// long, when it is applied again if the cache still differs (changed
+    /// by someone else meanwhile, or deleted): no later event may come to
+    /// ask for it. With the step's failure so far.
+    Await(Duration, Option<Failure>),
 }
 
 impl Attempt {
@@ -159,8 +165,15 @@ impl Attempt {
                 // In sync: whatever failed before is over.
                 self.failure = None;
                 self.unreported = false;
+                return Decision::Report(self.failure.clone());
             }
-            return Decision::Report(self.failure.clone());
+            let left = changes
+                .iter()
+                .filter_map(|c| self.applied.get(&c.name()))
+                .map(|(_, at)| AWAIT_CACHE.saturating_sub(now.saturating_duration_since(*at)))
+                .min()
+                .unwrap_or(AWAIT_CACHE);
+            return Decision::Await(left, self.failure.clone());
         }
         if self.unreported {
             self.unreported = false;
@@ -292,6 +305,15 @@ where
             }
             match decision {
                 Decision::Report(failure) => return failure,
+                Decision::Await(after, failure) => {
+                    let wake = self.wake.clone();
+                    let owner_ref = ObjectRef::<K>::new(&owner.name).within(&owner.namespace);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        let _ = wake.unbounded_send(owner_ref);
+                    });
+                    return failure;
+                }
                 Decision::Start(due) => (due, standing),
             }
         };
@@ -547,9 +569,13 @@ mod tests {
             .map(|c| (c.name(), content_hash(&c.want)))
             .collect();
         a.finish(hashes, None, t0);
-        // The cache has not shown them yet: nothing is applied twice.
+        // The cache has not shown them yet: nothing is applied twice, and
+        // the owner is looked at again once the wait is over.
         let later = t0 + Duration::from_secs(1);
-        assert_eq!(a.decide(&wanted, later), Decision::Report(None));
+        assert_eq!(
+            a.decide(&wanted, later),
+            Decision::Await(AWAIT_CACHE - Duration::from_secs(1), None)
+        );
         // A changed Service is applied, even while the old one is awaited.
         let changed = [change("r", 7000), change("r-replicas", 6379)];
         assert_eq!(a.decide(&changed, later), Decision::Start(vec!["r".into()]));
@@ -586,7 +612,7 @@ mod tests {
         assert_eq!(a.decide(&wanted, t0), Decision::Report(Some(refused())));
         assert!(matches!(a.decide(&wanted, t0), Decision::Start(_)));
         a.finish(vec![("r".into(), content_hash(&wanted[0].want))], None, t0);
-        assert_eq!(a.decide(&wanted, t0), Decision::Report(None));
+        assert_eq!(a.decide(&wanted, t0), Decision::Await(AWAIT_CACHE, None));
         assert!(!a.unreported);
     }
 
