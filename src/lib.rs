@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod application;
+pub mod backup;
 pub mod cli;
 pub mod http;
 pub mod leader;

@@ -15,9 +15,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::api::backup::RedisBackup;
 use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::api::{Application, Redis};
 use crate::application::service::ServiceExtras;
+use crate::backup::controller::{self as backup, BackupCtx};
 use crate::cli::{RedisConnect, RunArgs};
 use crate::http::{self, Readiness};
 use crate::leader::Leadership;
@@ -284,6 +286,7 @@ pub async fn run(
         .with_disruptions(disruptions),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
+    let backup_ctx = BackupCtx::new(client.clone(), executor.recorder.clone());
     let app_ctx = application_context(
         &client,
         executor,
@@ -324,16 +327,29 @@ pub async fn run(
     let applications = Controller::for_stream(app_stream, app_store)
         .reconcile_on(app_rx)
         .reconcile_all_on(app_relist_rx)
-        .with_config(controller_config)
+        .with_config(controller_config.clone())
         .graceful_shutdown_on(stop.clone())
         .run(
             podset::reconcile::<Application>,
             podset::error_policy::<Application>,
             app_ctx,
         );
+    // Backups: each try runs in a task of its own; the reconcile only
+    // starts tries and reads their outcome from the status.
+    let backups = Controller::new(
+        scoped::<RedisBackup>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .with_config(controller_config)
+    .graceful_shutdown_on(stop.clone())
+    .run(backup::reconcile, backup::error_policy, backup_ctx);
     info!("controllers started");
     let controllers = async {
-        futures::join!(log_results(redis), log_results(applications));
+        futures::join!(
+            log_results(redis),
+            log_results(applications),
+            log_results(backups)
+        );
     };
     tokio::select! {
         biased;

@@ -30,6 +30,9 @@ use tokio::process::{Child, Command};
 
 #[path = "replication/net.rs"]
 mod net;
+
+#[path = "replication/backup.rs"]
+mod backup;
 use net::{Net, Party};
 
 const LOOPBACK: &str = "127.0.0.1";

@@ -1,6 +1,7 @@
 //! The custom resources podkeeper serves, group `podkeeper.dev`, version `v1`.
 
 pub mod application;
+pub mod backup;
 pub mod names;
 pub mod redis;
 pub mod redis_config;
@@ -15,7 +16,7 @@ pub const GROUP: &str = "podkeeper.dev";
 
 /// Every CRD podkeeper serves.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Redis::crd(), application::crd()]
+    vec![Redis::crd(), application::crd(), backup::RedisBackup::crd()]
 }
 
 /// Every CRD as one multi-document YAML stream.

@@ -1,0 +1,420 @@
+//! The `RedisBackup` controller: picks the member to take the snapshot
+//! from (a replica linked to its primary; the primary only when the Redis
+//! has no replica), runs one try at a time in the background (taking the
+//! snapshot and uploading it, `take.rs` and `store.rs`), and records each
+//! try's outcome in the status, retrying with backoff up to
+//! [`MAX_ATTEMPTS`] tries before `Failed`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::store::Location;
+use super::take::Source;
+use crate::api::backup::{RedisBackup, RedisBackupStatus, phase};
+use crate::api::names::FIELD_MANAGER;
+use crate::api::redis::Redis;
+use crate::runtime::Error;
+use crate::runtime::events::{EventRecorder, EventType};
+
+/// Tries before a backup is `Failed`.
+pub const MAX_ATTEMPTS: i32 = 5;
+/// How long a member may send nothing while it prepares or sends the
+/// snapshot.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// What the controller shares between its reconciles and the tries in
+/// flight.
+pub struct BackupCtx {
+    pub client: Client,
+    pub recorder: Arc<EventRecorder>,
+    /// The tries running in this process, by backup uid.
+    running: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+impl BackupCtx {
+    pub fn new(client: Client, recorder: Arc<EventRecorder>) -> Arc<Self> {
+        Arc::new(BackupCtx {
+            client,
+            recorder,
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn is_running(&self, uid: &str) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|_, h| !h.is_finished());
+        running.contains_key(uid)
+    }
+}
+
+/// The wait before try `attempt + 1` after `attempt` failed: 10 s,
+/// doubling, at most 5 min.
+pub fn backoff(attempt: i32) -> Duration {
+    let exp = u32::try_from(attempt.clamp(1, 6) - 1).unwrap_or(0);
+    Duration::from_secs((10u64 << exp).min(300))
+}
+
+/// The object key of a backup: `<prefix>/<namespace>/<redis>/<name>-<uid8>.rdb`.
+pub fn object_key(b: &RedisBackup) -> String {
+    let uid = b.uid().unwrap_or_default();
+    let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    let mut key = String::new();
+    if let Some(p) = &b.spec.destination.prefix {
+        key.push_str(p.trim_end_matches('/'));
+        key.push('/');
+    }
+    key.push_str(&format!(
+        "{}/{}/{}-{short}.rdb",
+        b.namespace().unwrap_or_default(),
+        b.spec.redis,
+        b.name_any()
+    ));
+    key
+}
+
+/// The member to take the snapshot from, from the Redis's status: a
+/// replica whose link to the primary is up (the first by name, so a retry
+/// tends to go to the same one); the primary only when the Redis has one
+/// member. `Err` says why there is none now.
+pub fn choose_member(redis: &Redis) -> Result<String, String> {
+    let status = redis.status.as_ref().ok_or("the Redis has no status yet")?;
+    let mut replicas: Vec<&str> = status
+        .members
+        .iter()
+        .filter(|m| m.role == "replica" && m.link_status == "up")
+        .map(|m| m.pod.as_str())
+        .collect();
+    replicas.sort();
+    if let Some(r) = replicas.first() {
+        return Ok((*r).to_string());
+    }
+    if redis.spec.replicas == 1 {
+        return redis
+            .primary_pod()
+            .map(str::to_string)
+            .ok_or_else(|| "the Redis has no primary".into());
+    }
+    Err("no replica is linked to the primary (the primary is never loaded while a replica can serve)".into())
+}
+
+async fn secret_value(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("cannot read Secret {name}: {e}"))?
+        .ok_or_else(|| format!("Secret {name} not found"))?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
+    String::from_utf8(bytes.0.clone()).map_err(|_| format!("Secret {name}'s {key} is not UTF-8"))
+}
+
+async fn patch_status(
+    client: &Client,
+    b: &RedisBackup,
+    status: &RedisBackupStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<RedisBackup> = Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
+    api.patch_status(
+        &b.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1",
+            "kind": "RedisBackup",
+            "status": status,
+        })),
+    )
+    .await
+    .map(|_| ())
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// Everything a try needs, resolved before it starts.
+struct Plan {
+    source: Source,
+    member: String,
+    location: Location,
+    key: String,
+}
+
+async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
+    let ns = b.namespace().unwrap_or_default();
+    let redis = Api::<Redis>::namespaced(client.clone(), &ns)
+        .get_opt(&b.spec.redis)
+        .await
+        .map_err(|e| format!("cannot read Redis {}: {e}", b.spec.redis))?
+        .ok_or_else(|| format!("Redis {} not found", b.spec.redis))?;
+    let member = choose_member(&redis)?;
+    let pod = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get_opt(&member)
+        .await
+        .map_err(|e| format!("cannot read Pod {member}: {e}"))?
+        .ok_or_else(|| format!("Pod {member} not found"))?;
+    let ip = pod
+        .status
+        .and_then(|s| s.pod_ip)
+        .ok_or_else(|| format!("Pod {member} has no IP"))?;
+    let auth = match &redis.spec.auth {
+        Some(a) => Some((
+            None,
+            secret_value(client, &ns, &a.secret_name, &a.key).await?,
+        )),
+        None => None,
+    };
+    let d = &b.spec.destination;
+    let c = &d.credentials;
+    let location = Location {
+        endpoint: d.endpoint.trim_end_matches('/').to_string(),
+        bucket: d.bucket.clone(),
+        region: d.region.clone(),
+        access_key_id: secret_value(client, &ns, &c.secret_name, &c.access_key_id_key).await?,
+        secret_access_key: secret_value(client, &ns, &c.secret_name, &c.secret_access_key_key)
+            .await?,
+    };
+    Ok(Plan {
+        source: Source {
+            addr: format!("{ip}:{}", redis.spec.port),
+            auth,
+            idle: IDLE,
+        },
+        member,
+        location,
+        key: object_key(b),
+    })
+}
+
+pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Action, Error> {
+    if b.finished() {
+        return Ok(Action::await_change());
+    }
+    let uid = b.uid().unwrap_or_default();
+    if ctx.is_running(&uid) {
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    }
+    let mut status = b.status.clone().unwrap_or_default();
+    if status.phase.as_deref() == Some(phase::RUNNING) {
+        // A try this process did not start: the operator stopped in it.
+        // Its upload was never completed, so nothing is in the bucket.
+        status.phase = Some(phase::PENDING.into());
+        status.message = Some("the operator stopped during the last try".into());
+        patch_status(&ctx.client, &b, &status).await?;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if status.attempts > 0 {
+        let last = status.completed_at.as_ref().map_or(0, |t| t.0.as_second());
+        let due = last + backoff(status.attempts).as_secs() as i64;
+        let wait = due - Timestamp::now().as_second();
+        if wait > 0 {
+            return Ok(Action::requeue(Duration::from_secs(wait as u64)));
+        }
+    }
+    let regarding = b.object_ref(&());
+    let plan = match plan(&b, &ctx.client).await {
+        Ok(p) => p,
+        Err(why) => {
+            status.attempts += 1;
+            return fail_try(&ctx, &b, status, why).await;
+        }
+    };
+    status.phase = Some(phase::RUNNING.into());
+    status.attempts += 1;
+    status.member = Some(plan.member.clone());
+    status.key = Some(plan.key.clone());
+    status.started_at = Some(now());
+    status.completed_at = None;
+    status.message = None;
+    patch_status(&ctx.client, &b, &status).await?;
+    ctx.recorder
+        .publish(
+            &regarding,
+            EventType::Normal,
+            "Started",
+            "Backup",
+            format!(
+                "Taking a snapshot of Redis {} from {} to {}/{} (try {})",
+                b.spec.redis, plan.member, plan.location.bucket, plan.key, status.attempts
+            ),
+        )
+        .await;
+    let task = {
+        let (ctx, b) = (ctx.clone(), b.clone());
+        tokio::spawn(async move {
+            let outcome = super::copy(&plan.source, &plan.location, &plan.key).await;
+            let mut status = status;
+            match outcome {
+                Ok(snap) => {
+                    status.phase = Some(phase::COMPLETED.into());
+                    status.completed_at = Some(now());
+                    status.size = Some(snap.size as i64);
+                    status.sha256 = Some(snap.sha256.clone());
+                    status.repl_id = snap.repl_id.clone();
+                    status.repl_offset = snap.repl_offset;
+                    status.redis_version = snap.redis_version.clone();
+                    info!(backup = %b.name_any(), size = snap.size, "backup completed");
+                    if let Err(e) = patch_status(&ctx.client, &b, &status).await {
+                        warn!(backup = %b.name_any(), error = %e, "recording a completed backup failed");
+                    }
+                    ctx.recorder
+                        .publish(
+                            &b.object_ref(&()),
+                            EventType::Normal,
+                            "Completed",
+                            "Backup",
+                            format!(
+                                "{} bytes from {} at replication offset {}, SHA-256 {}",
+                                snap.size,
+                                plan.member,
+                                snap.repl_offset.map_or("-".into(), |o| o.to_string()),
+                                snap.sha256
+                            ),
+                        )
+                        .await;
+                }
+                Err(why) => {
+                    let _ = fail_try(&ctx, &b, status, why).await;
+                }
+            }
+        })
+    };
+    ctx.running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(uid, task);
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// A try that failed: `Pending` with a retry after [`backoff`], or
+/// `Failed` after [`MAX_ATTEMPTS`]; a Warning Event either way.
+async fn fail_try(
+    ctx: &BackupCtx,
+    b: &RedisBackup,
+    mut status: RedisBackupStatus,
+    why: String,
+) -> Result<Action, Error> {
+    let last = status.attempts >= MAX_ATTEMPTS;
+    status.phase = Some(if last { phase::FAILED } else { phase::PENDING }.into());
+    status.completed_at = Some(now());
+    status.message = Some(why.clone());
+    warn!(backup = %b.name_any(), attempt = status.attempts, %why, "backup try failed");
+    patch_status(&ctx.client, b, &status).await?;
+    let (reason, note) = if last {
+        (
+            "Failed",
+            format!("Gave up after {} tries: {why}", status.attempts),
+        )
+    } else {
+        (
+            "TryFailed",
+            format!(
+                "Try {} failed, next in {} s: {why}",
+                status.attempts,
+                backoff(status.attempts).as_secs()
+            ),
+        )
+    };
+    ctx.recorder
+        .publish(
+            &b.object_ref(&()),
+            EventType::Warning,
+            reason,
+            "Backup",
+            note,
+        )
+        .await;
+    Ok(if last {
+        Action::await_change()
+    } else {
+        Action::requeue(backoff(status.attempts))
+    })
+}
+
+pub fn error_policy(_: Arc<RedisBackup>, e: &Error, _: Arc<BackupCtx>) -> Action {
+    warn!(error = %e, "backup reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(replicas: i32, members: &[(&str, &str, &str)]) -> Redis {
+        let members: Vec<_> = members
+            .iter()
+            .map(|(pod, role, link)| serde_json::json!({"pod": pod, "role": role, "linkStatus": link}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
+            "metadata": {"name": "r"},
+            "spec": {"replicas": replicas, "image": "redis", "port": 6379},
+            "status": {"members": members, "primary": {"pod": "r-p", "runId": "x", "term": 1}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_linked_replica_is_chosen_never_the_primary_while_one_can_serve() {
+        let r = redis(
+            3,
+            &[
+                ("r-p", "primary", "primary"),
+                ("r-b", "replica", "up"),
+                ("r-a", "replica", "syncing"),
+            ],
+        );
+        assert_eq!(choose_member(&r), Ok("r-b".into()));
+        let none_linked = redis(
+            3,
+            &[
+                ("r-p", "primary", "primary"),
+                ("r-b", "replica", "down"),
+                ("r-a", "replica", "syncing"),
+            ],
+        );
+        assert!(
+            choose_member(&none_linked)
+                .unwrap_err()
+                .contains("no replica")
+        );
+        // One member: the primary is all there is.
+        let single = redis(1, &[("r-p", "primary", "primary")]);
+        assert_eq!(choose_member(&single), Ok("r-p".into()));
+    }
+
+    #[test]
+    fn tries_back_off_to_five_minutes_and_keys_name_their_backup() {
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(2), Duration::from_secs(20));
+        assert_eq!(backoff(5), Duration::from_secs(160));
+        assert_eq!(backoff(9), Duration::from_secs(300));
+        let b: RedisBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
+            "metadata": {"name": "nightly", "namespace": "shop", "uid": "0a1b2c3d-4e5f-6789"},
+            "spec": {"redis": "cache", "destination": {
+                "endpoint": "http://s3:80", "bucket": "backups", "prefix": "prod/",
+                "credentials": {"secretName": "s3"}
+            }}
+        }))
+        .unwrap();
+        assert_eq!(object_key(&b), "prod/shop/cache/nightly-0a1b2c3d.rdb");
+    }
+}

@@ -1,0 +1,44 @@
+//! Backups of Redis to S3-compatible object storage (`RedisBackup`).
+//!
+//! - `rdb.rs`: pure; cuts the RDB snapshot out of a member's `SYNC` reply
+//!   and checks it (size, SHA-256, the RDB's CRC-64, its replication id and
+//!   offset);
+//! - `take.rs`: the socket; asks a member for the snapshot only
+//!   (`REPLCONF rdb-only`, diskless) and streams it;
+//! - `store.rs`: the bucket; one multipart upload per try, completed only
+//!   when the snapshot checked out, aborted otherwise;
+//! - `controller.rs`: the `RedisBackup` controller: which member, one try
+//!   at a time, retries with backoff, the status and Events.
+
+pub mod controller;
+pub mod rdb;
+pub mod store;
+pub mod take;
+
+use tokio::sync::{mpsc, oneshot};
+
+use rdb::Snapshot;
+use store::Location;
+use take::Source;
+
+/// One try: the snapshot streamed from the member `source` into a
+/// multipart upload of `key` at `location`, completed only if the whole
+/// snapshot checked out. `Err` says which side failed.
+pub async fn copy(source: &Source, location: &Location, key: &str) -> Result<Snapshot, String> {
+    let s3 = store::open(location).map_err(|e| format!("object store: {e}"))?;
+    let (tx, rx) = mpsc::channel(8);
+    let (verdict_tx, verdict_rx) = oneshot::channel();
+    let upload = store::upload(&s3, key, rx, verdict_rx);
+    let taking = async {
+        let taken = take::take(source, tx).await;
+        let _ = verdict_tx.send(taken.is_ok());
+        taken
+    };
+    let (uploaded, taken) = futures::join!(upload, taking);
+    match (taken, uploaded) {
+        (Ok(snapshot), Ok(_)) => Ok(snapshot),
+        // The upload failed first and stopped the taking: its error says why.
+        (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => Err(format!("uploading {key}: {e}")),
+        (Err(e), _) => Err(format!("taking the snapshot from {}: {e}", source.addr)),
+    }
+}

@@ -1,0 +1,84 @@
+//! The object store at the edge: an S3-compatible bucket through the
+//! `object_store` crate. An upload is one multipart upload that is
+//! completed only when the snapshot checked out and aborted otherwise, so
+//! no object under a backup's key is ever a partial snapshot.
+
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, RetryConfig, WriteMultipart};
+use tokio::sync::{mpsc, oneshot};
+
+/// Where backups go and come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// Parts of 16 MiB (S3's least is 5 MiB; at most 10,000 parts: 156 GiB).
+const PART: usize = 16 * 1024 * 1024;
+/// Parts in flight at once.
+const IN_FLIGHT: usize = 2;
+
+pub fn open(at: &Location) -> Result<AmazonS3, object_store::Error> {
+    // The HTTP client's TLS takes the process's default provider: ring,
+    // as kube's (a second install is refused, and harmless).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    AmazonS3Builder::new()
+        .with_endpoint(&at.endpoint)
+        .with_allow_http(at.endpoint.starts_with("http://"))
+        .with_virtual_hosted_style_request(false)
+        .with_bucket_name(&at.bucket)
+        .with_region(&at.region)
+        .with_access_key_id(&at.access_key_id)
+        .with_secret_access_key(&at.secret_access_key)
+        .with_retry(RetryConfig {
+            max_retries: 4,
+            retry_timeout: Duration::from_secs(60),
+            ..RetryConfig::default()
+        })
+        .build()
+}
+
+/// Uploads the pieces from `pieces` as the object `key`, once `verdict`
+/// says the whole was good (`true`); aborts the upload if it says no, or
+/// is dropped, or a part fails. Returns the bytes uploaded.
+pub async fn upload(
+    store: &AmazonS3,
+    key: &str,
+    mut pieces: mpsc::Receiver<Vec<u8>>,
+    verdict: oneshot::Receiver<bool>,
+) -> Result<u64, object_store::Error> {
+    let path = Path::from(key);
+    let upload = store.put_multipart(&path).await?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
+    let mut sent = 0u64;
+    let written: Result<(), object_store::Error> = async {
+        while let Some(piece) = pieces.recv().await {
+            writer.wait_for_capacity(IN_FLIGHT).await?;
+            writer.write(&piece);
+            sent += piece.len() as u64;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = written {
+        let _ = writer.abort().await;
+        return Err(e);
+    }
+    if verdict.await == Ok(true) {
+        writer.finish().await?;
+        Ok(sent)
+    } else {
+        writer.abort().await?;
+        Err(object_store::Error::Generic {
+            store: "S3",
+            source: "the snapshot did not check out; upload aborted".into(),
+        })
+    }
+}

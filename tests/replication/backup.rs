@@ -1,0 +1,315 @@
+//! Backups (`src/backup`) against real processes on loopback: a snapshot
+//! taken from a redis-server replica the way the `RedisBackup` controller
+//! takes it, into a real S3-compatible server (versitygw, built from its Go
+//! module by podkeeper-dev, its posix backend in a temporary directory: a
+//! bucket is a directory, an object a file). A completed object is the
+//! whole snapshot and restores every key into a new server; a try that
+//! cannot complete leaves no object.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use podkeeper::backup::{self, store::Location, take::Source};
+use sha2::{Digest, Sha256};
+use tokio::process::{Child, Command};
+
+use super::{DEADLINE, LOOPBACK, POLL, Server, free_port};
+
+const PASSWORD: &str = "backup-test-password";
+const BUCKET: &str = "backups";
+const ACCESS_KEY: &str = "podkeeper-test";
+const SECRET_KEY: &str = "podkeeper-test-secret";
+
+/// Writes keys `k<ARGV[1]>..=k<ARGV[2]>` of 1 KiB each (a Lua script on
+/// the server).
+/// Each value is 26 SHA-1 hex digests (1,040 bytes the RDB's LZF does
+/// not shrink).
+const LOAD: &str = r#"for i=tonumber(ARGV[1]),tonumber(ARGV[2]) do local v={} for j=1,26 do v[j]=redis.sha1hex(i..":"..j) end redis.call("SET","k"..i,table.concat(v)) end return 1"#;
+
+/// A versitygw process serving `<dir>/data` (bucket [`BUCKET`] made as a
+/// directory before it starts).
+struct ObjectStore {
+    _child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl ObjectStore {
+    async fn start() -> ObjectStore {
+        let bin = tokio::task::spawn_blocking(podkeeper_dev::kind::tools::ensure_object_store_tool)
+            .await
+            .unwrap()
+            .expect("versitygw built from its Go module");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data").join(BUCKET)).unwrap();
+        let port = free_port();
+        let child = Command::new(bin)
+            .args(["--port", &format!("{LOOPBACK}:{port}"), "posix"])
+            .arg(dir.path().join("data"))
+            .env("ROOT_ACCESS_KEY", ACCESS_KEY)
+            .env("ROOT_SECRET_KEY", SECRET_KEY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start versitygw");
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect((LOOPBACK, port))
+            .await
+            .is_err()
+        {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "versitygw did not listen on {port}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        ObjectStore {
+            _child: child,
+            port,
+            dir,
+        }
+    }
+
+    fn location(&self, secret: &str) -> Location {
+        Location {
+            endpoint: format!("http://{LOOPBACK}:{}", self.port),
+            bucket: BUCKET.into(),
+            region: "us-east-1".into(),
+            access_key_id: ACCESS_KEY.into(),
+            secret_access_key: secret.into(),
+        }
+    }
+
+    /// The objects in the bucket (files, not the store's own `.sgwtmp`).
+    fn objects(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.file_name().is_some_and(|n| n == ".sgwtmp") {
+                    continue;
+                }
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.dir.path().join("data").join(BUCKET), &mut out);
+        out
+    }
+
+    /// Whether a multipart upload has a part on disk.
+    fn uploading(&self) -> bool {
+        ObjectStore::any_file(&self.dir.path().join("data").join(BUCKET).join(".sgwtmp"))
+    }
+
+    fn any_file(dir: &Path) -> bool {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let p = e.path();
+                if p.is_dir() {
+                    ObjectStore::any_file(&p)
+                } else {
+                    true
+                }
+            })
+    }
+}
+
+/// A primary with `keys` keys of 1 KiB and a replica caught up with it.
+async fn pair(keys: u64) -> (Server, Server) {
+    let primary = Server::start_anywhere("p", Some(PASSWORD)).await;
+    let replica = Server::start_anywhere("r", Some(PASSWORD)).await;
+    let p = primary.node().await.unwrap();
+    p.promote().await.unwrap();
+    let r = replica.node().await.unwrap();
+    r.replicate_from(LOOPBACK, primary.port).await.unwrap();
+    let start = Instant::now();
+    loop {
+        let info = r.replication_info().await.unwrap();
+        if info.link_up && !info.sync_in_progress {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "the replica did not link");
+        tokio::time::sleep(POLL).await;
+    }
+    // In scripts of 1,000 keys: each well inside the client's timeout.
+    for from in (1..=keys).step_by(1_000) {
+        let to = (from + 999).min(keys);
+        let _: i64 = p
+            .command(redis::cmd("EVAL").arg(LOAD).arg(0).arg(from).arg(to))
+            .await
+            .unwrap();
+    }
+    let target = p.replication_info().await.unwrap().master_repl_offset;
+    let start = Instant::now();
+    while r.replication_info().await.unwrap().slave_repl_offset < Some(target) {
+        assert!(start.elapsed() < DEADLINE, "the replica did not catch up");
+        tokio::time::sleep(POLL).await;
+    }
+    (primary, replica)
+}
+
+fn source(server: &Server) -> Source {
+    Source {
+        addr: format!("{LOOPBACK}:{}", server.port),
+        auth: Some((None, PASSWORD.into())),
+        idle: Duration::from_secs(30),
+    }
+}
+
+/// A new redis-server on `rdb` as its dump file: its key count.
+async fn keys_when_loaded(rdb: &Path) -> i64 {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(rdb, dir.path().join("dump.rdb")).unwrap();
+    let port = free_port();
+    let _server = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            LOOPBACK,
+            "--save",
+            "",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    let client = redis::Client::open(format!("redis://{LOOPBACK}:{port}")).unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await
+            && let Ok(n) = redis::cmd("DBSIZE").query_async::<i64>(&mut c).await
+        {
+            return n;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the restored server did not answer"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_from_a_replica_is_uploaded_whole_and_restores_every_key() {
+    let (primary, replica) = pair(20_000).await;
+    let store = ObjectStore::start().await;
+    let key = "shop/cache/nightly.rdb";
+    let snap = backup::copy(&source(&replica), &store.location(SECRET_KEY), key)
+        .await
+        .expect("a backup");
+    let p = primary
+        .node()
+        .await
+        .unwrap()
+        .replication_info()
+        .await
+        .unwrap();
+    assert_eq!(snap.repl_id.as_deref(), Some(p.master_replid.as_str()));
+    let offset = snap.repl_offset.expect("a replication offset");
+    assert!(
+        offset > 0 && offset <= p.master_repl_offset,
+        "{offset} of {}",
+        p.master_repl_offset
+    );
+    assert_eq!(
+        store.objects(),
+        [store.dir.path().join("data").join(BUCKET).join(key)]
+    );
+    let object = std::fs::read(&store.objects()[0]).unwrap();
+    assert_eq!(object.len() as u64, snap.size);
+    let sha: String = Sha256::digest(&object)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sha, snap.sha256, "the object is the snapshot checked");
+    assert_eq!(keys_when_loaded(&store.objects()[0]).await, 20_000);
+    assert!(!store.uploading(), "no upload left behind");
+}
+
+#[tokio::test]
+async fn a_backup_that_cannot_complete_leaves_no_object() {
+    let (_primary, replica) = pair(30_000).await;
+    let store = ObjectStore::start().await;
+
+    // Credentials the store refuses.
+    let e = backup::copy(&source(&replica), &store.location("wrong"), "a.rdb")
+        .await
+        .unwrap_err();
+    assert!(e.contains("uploading a.rdb"), "{e}");
+
+    // A replica not linked to a primary refuses to serve a snapshot.
+    let unlinked = Server::start_anywhere("u", Some(PASSWORD)).await;
+    let e = backup::copy(&source(&unlinked), &store.location(SECRET_KEY), "b.rdb")
+        .await
+        .unwrap_err();
+    assert!(e.contains("NOMASTERLINK"), "{e}");
+
+    // A member whose connection ends in the middle of its snapshot, after
+    // a part of it reached the store: the member here serves the first
+    // 20 MB of a real snapshot and closes once the store holds a part.
+    let whole = backup::copy(&source(&replica), &store.location(SECRET_KEY), "whole.rdb")
+        .await
+        .expect("a backup");
+    assert!(whole.size > 25_000_000, "{} bytes", whole.size);
+    let whole_file = store.dir.path().join("data").join(BUCKET).join("whole.rdb");
+    let rdb = std::fs::read(&whole_file).unwrap();
+    let listener = tokio::net::TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let store_dir = store.dir.path().join("data").join(BUCKET).join(".sgwtmp");
+    let member = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.windows(6).any(|w| w == b"SYNC\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the taker left before SYNC");
+            seen.extend_from_slice(&buf[..n]);
+            if seen.ends_with(b"eof\r\n") {
+                conn.write_all(b"+OK\r\n+OK\r\n+OK\r\n").await.unwrap();
+            }
+        }
+        conn.write_all(b"$EOF:0123456789012345678901234567890123456789\r\n")
+            .await
+            .unwrap();
+        conn.write_all(&rdb[..20_000_000]).await.unwrap();
+        let start = Instant::now();
+        while !ObjectStore::any_file(&store_dir) {
+            assert!(start.elapsed() < DEADLINE, "no part reached the store");
+            tokio::time::sleep(POLL).await;
+        }
+        // Dropped: the connection ends.
+    });
+    let cut = Source {
+        addr: addr.to_string(),
+        ..source(&replica)
+    };
+    let e = backup::copy(&cut, &store.location(SECRET_KEY), "cut.rdb")
+        .await
+        .unwrap_err();
+    member.await.unwrap();
+    assert!(
+        e.contains("closed the connection before the snapshot's end"),
+        "{e}"
+    );
+
+    assert_eq!(
+        store.objects(),
+        [whole_file],
+        "no object from a try that failed"
+    );
+    assert!(!store.uploading(), "every upload aborted");
+}
