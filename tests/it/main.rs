@@ -12,6 +12,8 @@ mod inplace;
 #[cfg(feature = "kind-e2e")]
 mod kind;
 #[cfg(feature = "kind-e2e")]
+mod kind_backup;
+#[cfg(feature = "kind-e2e")]
 mod kind_refusals;
 #[cfg(feature = "kind-e2e")]
 mod kind_storage;

@@ -48,6 +48,9 @@ pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
 pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 /// The region requests are signed for (versitygw's default).
 pub const REGION: &str = "us-east-1";
+/// The bucket made at install (a directory of the posix backend, made by
+/// an init container: podkeeper's S3 client makes no buckets).
+pub const BUCKET: &str = "podkeeper-backups";
 
 /// The store's address from inside the cluster.
 pub fn endpoint() -> String {
@@ -125,6 +128,8 @@ pub fn manifests(image: &str, image_id: &str, credentials: &Credentials) -> Stri
         .replace("@CLAIM@", CLAIM)
         .replace("@SECRET@", SECRET)
         .replace("@IMAGE@", image)
+        .replace("@HELPER_IMAGE@", &v::local_path_helper_image())
+        .replace("@BUCKET@", BUCKET)
         .replace(
             "@ACCESS_KEY_ID_BASE64@",
             &BASE64.encode(&credentials.access_key_id),
