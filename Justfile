@@ -28,6 +28,7 @@ static:
 image: static
     mkdir -p target/image
     cp {{target_dir}}/x86_64-unknown-linux-gnu/release/podkeeper target/image/podkeeper
+    cp /etc/ssl/certs/ca-certificates.crt target/image/ca-certificates.crt
     docker build -t {{image}} -f Dockerfile target/image
 
 # The kind cluster (1 control plane, 2 workers) with real containers: builds the kind binary,
