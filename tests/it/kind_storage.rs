@@ -20,7 +20,7 @@ use podkeeper_dev::kind::versions::REDIS_IMAGE;
 use serde_json::json;
 
 use crate::harness::{TestEnv, wait_for};
-use crate::kind_under_writes::session;
+use crate::kind_under_writes::{assert_nothing_lost, session};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -48,14 +48,7 @@ async fn every_member_deleted_at_once_comes_back_on_its_claims_with_every_acknow
         "writes acknowledged before a restart lost: {:?}",
         r.acknowledged_before_lost
     );
-    assert!(r.writes.acknowledged > 0);
-    assert_eq!(r.writes.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(r.writes.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(
-        r.writes.watch_violations,
-        Vec::<String>::new(),
-        "two primaries at an event"
-    );
+    assert_nothing_lost(&r.writes);
 }
 
 #[tokio::test]
@@ -72,14 +65,7 @@ async fn draining_the_primarys_node_switches_over_first_and_loses_no_acknowledge
         run.switched_before_eviction,
         "the primary moved before its Pod was evicted: {run:?}"
     );
-    assert!(d.writes.acknowledged > 0);
-    assert_eq!(d.writes.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(d.writes.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(
-        d.writes.watch_violations,
-        Vec::<String>::new(),
-        "two primaries at an event"
-    );
+    assert_nothing_lost(&d.writes);
 }
 
 #[tokio::test]
@@ -99,14 +85,7 @@ async fn every_node_under_the_redis_restarted_at_once_loses_no_acknowledged_writ
         [0],
         "writes acknowledged before the restart lost"
     );
-    assert!(r.writes.acknowledged > 0);
-    assert_eq!(r.writes.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(r.writes.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(
-        r.writes.watch_violations,
-        Vec::<String>::new(),
-        "two primaries at an event"
-    );
+    assert_nothing_lost(&r.writes);
 }
 
 /// Uncordons a node when dropped (a failed test leaves the cluster usable).
@@ -186,12 +165,5 @@ async fn a_member_whose_volume_is_on_a_cordoned_node_gets_a_new_claim_and_loses_
     s.writes_accepted(20).await.unwrap();
     drop(cordon);
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
-    assert!(w.acknowledged > 0);
-    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
-    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
-    assert_eq!(
-        w.watch_violations,
-        Vec::<String>::new(),
-        "two primaries at an event"
-    );
+    assert_nothing_lost(&w);
 }

@@ -35,6 +35,20 @@ pub(crate) async fn session(env: &TestEnv) -> Session {
     .expect("the client Pod")
 }
 
+/// The outcome every test under writes asserts: writes were acknowledged,
+/// none of them lost, and never two primaries (to the client, or at any Pod
+/// or Redis event).
+pub(crate) fn assert_nothing_lost(w: &bench::UnderWrites) {
+    assert!(w.acknowledged > 0, "no write was acknowledged");
+    assert_eq!(w.acknowledged_lost, 0, "acknowledged writes lost");
+    assert_eq!(w.client_overlaps, 0, "the client saw two primaries");
+    assert_eq!(
+        w.watch_violations,
+        Vec::<String>::new(),
+        "two primaries at an event"
+    );
+}
+
 #[tokio::test]
 async fn kill_9_failovers_under_writes_lose_no_acknowledged_write_and_never_show_two_primaries() {
     let env = TestEnv::new("kind-w-kill").await;
