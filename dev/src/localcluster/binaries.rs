@@ -271,8 +271,29 @@ fn go_missing(e: std::io::Error) -> Error {
 /// Returns the output directory of `build`, building it first if it has no
 /// completion marker. Outputs are written to a temporary directory and
 /// renamed into place, so an interrupted build never looks finished.
+///
+/// Two builders of the same key (two tests of one binary, or two processes)
+/// take turns on a lock file beside the output: the second finds the first's
+/// output complete instead of removing its staging directory under it.
 pub(crate) fn build_if_missing(root: &Path, build: GoBuild) -> Result<PathBuf, Error> {
     let out_dir = root.join("bin").join(&build.key);
+    if out_dir.join(".complete").exists() {
+        return Ok(out_dir);
+    }
+    let bin_dir = root.join("bin");
+    fs::create_dir_all(&bin_dir)
+        .map_err(|e| Error::io(format!("creating {}", bin_dir.display()), e))?;
+    let lock_path = bin_dir.join(format!("{}.lock", build.key));
+    let lock = File::create(&lock_path)
+        .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
+    if lock.try_lock().is_err() {
+        progress!(
+            "podkeeper: another builder is building {}; waiting for it",
+            build.key
+        );
+        lock.lock()
+            .map_err(|e| Error::io(format!("waiting for {}", lock_path.display()), e))?;
+    }
     if out_dir.join(".complete").exists() {
         return Ok(out_dir);
     }
