@@ -30,12 +30,50 @@ pub enum Command {
     /// Run the operator against the cluster from KUBECONFIG, ~/.kube/config
     /// or the in-cluster service account.
     Run(RunArgs),
+    /// Restore a member's data directory from a backup: the init container
+    /// of the members of a Redis being restored (`spec.restore`). The
+    /// store's credentials come from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY.
+    Restore(RestoreArgs),
     /// Print every CustomResourceDefinition as YAML.
     Crd {
         /// Write one file per CRD, and a kustomization, into this directory.
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RestoreArgs {
+    /// The store's endpoint (`http(s)://host[:port]`).
+    #[arg(long)]
+    pub endpoint: String,
+    #[arg(long)]
+    pub bucket: String,
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// The object's key.
+    #[arg(long)]
+    pub key: String,
+    /// The SHA-256 the object must have (lower-case hex).
+    #[arg(long)]
+    pub sha256: String,
+    /// redis-server's data directory.
+    #[arg(long, default_value = "/data")]
+    pub dir: PathBuf,
+    #[arg(long, default_value = "dump.rdb")]
+    pub dbfilename: String,
+    /// With `appendonly yes`: `appenddirname` (the backup becomes the base
+    /// of a new append-only file).
+    #[arg(long, requires = "aof_file")]
+    pub aof_dir: Option<String>,
+    /// With `appendonly yes`: `appendfilename`.
+    #[arg(long, requires = "aof_dir")]
+    pub aof_file: Option<String>,
+    /// Where a failure's reason is written (the container's termination
+    /// message).
+    #[arg(long)]
+    pub termination_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -89,6 +127,12 @@ pub struct RunArgs {
     /// for `dev --kind`, port-forward].
     #[arg(long, value_enum)]
     pub redis_connect: Option<RedisConnect>,
+    /// The image of the `restore` init container of a Redis being restored
+    /// from a backup (`spec.restore`): this operator's own. Default: the
+    /// image of the operator's Pod (read once at start, from POD_NAME and
+    /// POD_NAMESPACE).
+    #[arg(long, env = "PODKEEPER_RESTORE_IMAGE")]
+    pub restore_image: Option<String>,
     /// Print the metrics and probe URLs on standard output once they are
     /// served (`dev` does).
     #[arg(skip)]

@@ -31,6 +31,9 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => podkeeper::operator::run_from_env(args).await,
+            Command::Restore(args) => podkeeper::backup::restore::run(&args)
+                .await
+                .map_err(podkeeper::Error::Other),
             Command::Crd { out_dir } => podkeeper::api::print_all(out_dir.as_deref()),
         }
     });

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
@@ -16,10 +16,11 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::api::backup::RedisBackup;
-use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SCHEDULE_LABEL};
 use crate::api::{Application, Redis};
 use crate::application::service::ServiceExtras;
 use crate::backup::controller::{self as backup, BackupCtx};
+use crate::backup::scheduler::{self, ScheduleCtx};
 use crate::cli::{RedisConnect, RunArgs};
 use crate::http::{self, Readiness};
 use crate::leader::Leadership;
@@ -90,6 +91,37 @@ where
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+/// The image of the `restore` init container: `--restore-image`, else
+/// the image of the operator's own Pod (`POD_NAME` in `POD_NAMESPACE`,
+/// set by the manifests), else none (a Redis with `spec.restore` then says
+/// so in its `Restored` condition).
+async fn restore_image(client: &Client, args: &RunArgs) -> Option<String> {
+    if let Some(image) = &args.restore_image {
+        return Some(image.clone());
+    }
+    let (name, namespace) = (
+        std::env::var("POD_NAME").ok()?,
+        std::env::var("POD_NAMESPACE").ok()?,
+    );
+    match Api::<Pod>::namespaced(client.clone(), &namespace)
+        .get(&name)
+        .await
+    {
+        Ok(pod) => {
+            let image = pod.spec?.containers.into_iter().next()?.image;
+            info!(
+                image = image.as_deref().unwrap_or(""),
+                "restore init containers use the operator's image"
+            );
+            image
+        }
+        Err(e) => {
+            warn!(error = %e, pod = %name, "cannot read the operator's own Pod: no image for restores");
+            None
+        }
     }
 }
 
@@ -283,10 +315,12 @@ pub async fn run(
             (args.redis_connect == Some(RedisConnect::PortForward)).then(|| client.clone()),
             Some(redis_observed),
         )
-        .with_disruptions(disruptions),
+        .with_disruptions(disruptions)
+        .with_restore_image(restore_image(&client, &args).await),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let backup_ctx = BackupCtx::new(client.clone(), executor.recorder.clone());
+    let schedule_ctx = ScheduleCtx::new(client.clone(), executor.recorder.clone());
     let app_ctx = application_context(
         &client,
         executor,
@@ -340,15 +374,32 @@ pub async fn run(
         scoped::<RedisBackup>(&client, namespace),
         watcher::Config::default(),
     )
-    .with_config(controller_config)
+    .with_config(controller_config.clone())
     .graceful_shutdown_on(stop.clone())
     .run(backup::reconcile, backup::error_policy, backup_ctx);
+    // Backup schedules: a Redis's spec changes and its scheduled backups'
+    // changes wake its schedule; otherwise it sleeps until the next
+    // occurrence.
+    let (schedule_store, schedule_stream) = owner_stream(scoped::<Redis>(&client, namespace));
+    let schedules = Controller::for_stream(schedule_stream, schedule_store)
+        .watches(
+            scoped::<RedisBackup>(&client, namespace),
+            watcher::Config::default().labels(SCHEDULE_LABEL),
+            |b: RedisBackup| {
+                let redis = b.labels().get(SCHEDULE_LABEL)?;
+                Some(ObjectRef::new(redis).within(&b.namespace()?))
+            },
+        )
+        .with_config(controller_config)
+        .graceful_shutdown_on(stop.clone())
+        .run(scheduler::reconcile, scheduler::error_policy, schedule_ctx);
     info!("controllers started");
     let controllers = async {
         futures::join!(
             log_results(redis),
             log_results(applications),
-            log_results(backups)
+            log_results(backups),
+            log_results(schedules)
         );
     };
     tokio::select! {

@@ -88,6 +88,82 @@ fn default_secret_access_key_key() -> String {
     "AWS_SECRET_ACCESS_KEY".into()
 }
 
+/// `spec.backup` of a Redis: backups taken on a cron schedule into one
+/// destination, the old ones pruned (objects first, then their
+/// `RedisBackup`). The `RedisBackup` objects it makes carry the label
+/// `podkeeper.dev/backup-schedule: <redis>` and are not owned by the Redis:
+/// deleting the Redis leaves them and their objects.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupScheduleSpec {
+    /// A cron expression in UTC: five fields (minute hour day-of-month
+    /// month day-of-week) or six with seconds first, as CloudNativePG's
+    /// `ScheduledBackup`. `0 3 * * *` is every day at 03:00.
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new("self.matches('^\\\\S+( +\\\\S+){4,5}$')").message("spec.backup.schedule must be a cron expression of five fields (or six, seconds first)"))]
+    pub schedule: String,
+    /// No new backups while true; pruning goes on.
+    #[serde(default)]
+    pub suspend: bool,
+    /// Where the scheduled backups go.
+    pub destination: ObjectStoreSpec,
+    /// Which completed backups to keep; without it every backup is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<BackupRetention>,
+}
+
+/// How many scheduled backups to keep: a backup goes once neither rule
+/// keeps it (the newest completed backup always stays, and one not yet
+/// finished is never pruned).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.keepLast) || has(self.keepFor)").message("spec.backup.retention needs keepLast, keepFor or both"))]
+pub struct BackupRetention {
+    /// Keep the newest N completed backups (and any failed one newer than
+    /// the oldest of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_last: Option<u32>,
+    /// Keep every backup scheduled within this long: a whole number of
+    /// hours, days or weeks (`36h`, `30d`, `8w`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,4}[hdw]$"))]
+    pub keep_for: Option<String>,
+}
+
+/// `spec.restore` of a Redis: the data it starts with, from a completed
+/// `RedisBackup` in its namespace or from an object named directly. Set
+/// when the Redis is created; it cannot change afterwards.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.backup) != has(self.source)").message("spec.restore takes a backup or a source, one of them"))]
+pub struct RestoreSpec {
+    /// A `RedisBackup` in this namespace; its status names the object and
+    /// its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub backup: Option<String>,
+    /// An object in a bucket, with the SHA-256 it must have (a backup of
+    /// another cluster, or one whose `RedisBackup` is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<RestoreSource>,
+}
+
+/// An RDB object to restore from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSource {
+    /// The store and bucket (`prefix` is not used: `key` is the whole
+    /// key).
+    pub store: ObjectStoreSpec,
+    #[schemars(length(min = 1, max = 1024))]
+    pub key: String,
+    /// Lower-case hex SHA-256 of the object (a `RedisBackup`'s
+    /// `status.sha256`).
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: String,
+}
+
 /// The phases a backup goes through.
 pub mod phase {
     /// Waiting for a member to take it from (or for a retry).

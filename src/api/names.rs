@@ -47,7 +47,15 @@ pub const LAST_PRIMARY_ANNOTATION: &str = "podkeeper.dev/last-primary";
 /// The label that carries a Pod's template hash.
 pub const TEMPLATE_HASH_LABEL: &str = "podkeeper.dev/template-hash";
 
+/// The label on the `RedisBackup` objects a Redis's `spec.backup` schedule
+/// made: the Redis's name (`kubectl get rbk -l podkeeper.dev/backup-schedule=<redis>`).
+pub const SCHEDULE_LABEL: &str = "podkeeper.dev/backup-schedule";
+
 // Annotations.
+
+/// The annotation on a scheduled `RedisBackup`: the cron occurrence (RFC
+/// 3339, UTC) it was made for.
+pub const SCHEDULED_AT_ANNOTATION: &str = "podkeeper.dev/scheduled-at";
 
 /// The template hash with every container's image left out.
 pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images";

@@ -10,6 +10,7 @@ use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::api::backup::{BackupScheduleSpec, RestoreSpec};
 use crate::api::names::{DNS_LABEL_MAX, POD_NAME_SUFFIX_LEN};
 use crate::api::names::{INSTANCE_LABEL, MANAGED_BY_LABEL, NAME_LABEL};
 use crate::api::redis_config::{refused_names_rule, value_rules};
@@ -77,6 +78,7 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
     validation = name_length_rule(),
     validation = name_label_rule(),
     validation = Rule::new("!has(oldSelf.spec.storage) || has(self.spec.storage)").message("spec.storage cannot be removed: the members' data is on their claims"),
+    validation = Rule::new("has(self.spec.restore) == has(oldSelf.spec.restore) && (!has(self.spec.restore) || self.spec.restore == oldSelf.spec.restore)").message("spec.restore is set when a Redis is created and cannot change"),
     doc = "A set of redis-server Pods managed directly by podkeeper"
 )]
 #[serde(rename_all = "camelCase")]
@@ -148,6 +150,19 @@ pub struct RedisSpec {
     #[x_kube(validation = Rule::new("quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0").message("spec.storage.size cannot shrink: a PersistentVolumeClaim can only grow"))]
     #[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("spec.storage.storageClassName cannot change: a claim's class is fixed"))]
     pub storage: Option<StorageSpec>,
+
+    /// Backups on a schedule into S3-compatible object storage, taken from
+    /// a caught-up replica (`RedisBackup` objects labelled
+    /// `podkeeper.dev/backup-schedule: <name>`), the old ones pruned by
+    /// `retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupScheduleSpec>,
+
+    /// The data a new Redis starts with: a backup, downloaded and checked
+    /// against its SHA-256 and its RDB checksum into every member before
+    /// any member serves. Set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
 
     /// Labels a node must carry for the members to run on it (the Pods'
     /// `nodeSelector`).

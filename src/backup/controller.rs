@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use super::store::Location;
 use super::take::Source;
-use crate::api::backup::{RedisBackup, RedisBackupStatus, phase};
+use crate::api::backup::{ObjectStoreSpec, RedisBackup, RedisBackupStatus, phase};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::Redis;
 use crate::runtime::Error;
@@ -145,6 +145,30 @@ async fn patch_status(
     .map(|_| ())
 }
 
+/// The bucket of `destination`, with its credentials read from their
+/// Secret in `namespace`.
+pub(crate) async fn location(
+    client: &Client,
+    namespace: &str,
+    destination: &ObjectStoreSpec,
+) -> Result<Location, String> {
+    let c = &destination.credentials;
+    Ok(Location {
+        endpoint: destination.endpoint.trim_end_matches('/').to_string(),
+        bucket: destination.bucket.clone(),
+        region: destination.region.clone(),
+        access_key_id: secret_value(client, namespace, &c.secret_name, &c.access_key_id_key)
+            .await?,
+        secret_access_key: secret_value(
+            client,
+            namespace,
+            &c.secret_name,
+            &c.secret_access_key_key,
+        )
+        .await?,
+    })
+}
+
 fn now() -> Time {
     Time(Timestamp::now())
 }
@@ -181,16 +205,7 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         )),
         None => None,
     };
-    let d = &b.spec.destination;
-    let c = &d.credentials;
-    let location = Location {
-        endpoint: d.endpoint.trim_end_matches('/').to_string(),
-        bucket: d.bucket.clone(),
-        region: d.region.clone(),
-        access_key_id: secret_value(client, &ns, &c.secret_name, &c.access_key_id_key).await?,
-        secret_access_key: secret_value(client, &ns, &c.secret_name, &c.secret_access_key_key)
-            .await?,
-    };
+    let location = location(client, &ns, &b.spec.destination).await?;
     Ok(Plan {
         source: Source {
             addr: format!("{ip}:{}", redis.spec.port),

@@ -8,10 +8,17 @@
 //! - `store.rs`: the bucket; one multipart upload per try, completed only
 //!   when the snapshot checked out, aborted otherwise;
 //! - `controller.rs`: the `RedisBackup` controller: which member, one try
-//!   at a time, retries with backoff, the status and Events.
+//!   at a time, retries with backoff, the status and Events;
+//! - `schedule.rs`: pure; when a Redis's `spec.backup` schedule is due,
+//!   the backups' names, which finished backups retention lets go;
+//! - `scheduler.rs`: the schedule's controller over Redis objects: makes
+//!   the due `RedisBackup`, prunes objects then `RedisBackup`s.
 
 pub mod controller;
 pub mod rdb;
+pub mod restore;
+pub mod schedule;
+pub mod scheduler;
 pub mod store;
 pub mod take;
 

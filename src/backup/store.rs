@@ -82,3 +82,13 @@ pub async fn upload(
         })
     }
 }
+
+/// Deletes the object `key` (pruning a backup). An object already gone is
+/// not an error: S3 answers a delete of a missing key with success.
+pub async fn delete(at: &Location, key: &str) -> Result<(), object_store::Error> {
+    let store = open(at)?;
+    match store.delete(&Path::from(key)).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

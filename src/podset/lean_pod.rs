@@ -15,7 +15,8 @@
 //! ([`crate::podset::ObservedPod::from_pod`]), in-place updates
 //! ([`crate::podset::inplace`]: containers' names, images and resources,
 //! their statuses, `observedGeneration`), and Redis replication (Pod IP,
-//! phase, conditions, container states). A new reader of another field
+//! phase, conditions, container states; init containers' states for a
+//! restore). A new reader of another field
 //! must add it here.
 
 use std::borrow::Cow;
@@ -60,13 +61,14 @@ struct WireContainer {
     resources: Option<ResourceRequirements>,
 }
 
-/// `PodStatus`, without host IPs, QoS class, start time, init containers,
-/// resource claims and the like.
+/// `PodStatus`, without host IPs, QoS class, start time, resource claims
+/// and the like.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireStatus {
     conditions: Option<Vec<PodCondition>>,
     container_statuses: Option<Vec<WireContainerStatus>>,
+    init_container_statuses: Option<Vec<WireInitStatus>>,
     observed_generation: Option<i64>,
     phase: Option<String>,
     #[serde(rename = "podIP")]
@@ -88,6 +90,16 @@ struct WireContainerStatus {
     #[serde(default)]
     restart_count: i32,
     state: Option<ContainerState>,
+}
+
+/// An init container's `ContainerStatus`: its name and states (a Redis
+/// being restored reads why its `restore` init container failed).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireInitStatus {
+    name: String,
+    state: Option<ContainerState>,
+    last_state: Option<ContainerState>,
 }
 
 /// `ObjectMeta` as the API server sends it, without `managedFields`.
@@ -156,6 +168,16 @@ impl From<Wire> for LeanPod {
                             ready: c.ready,
                             restart_count: c.restart_count,
                             state: c.state,
+                            ..Default::default()
+                        })
+                        .collect()
+                }),
+                init_container_statuses: s.init_container_statuses.map(|cs| {
+                    cs.into_iter()
+                        .map(|c| ContainerStatus {
+                            name: c.name,
+                            state: c.state,
+                            last_state: c.last_state,
                             ..Default::default()
                         })
                         .collect()

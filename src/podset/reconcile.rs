@@ -141,6 +141,11 @@ pub trait Extras<K>: Send + Sync + 'static {
         owner: &Owner,
         steer: Self::Steer,
     ) -> impl Future<Output = (Self::Report, Option<Failure>)> + Send;
+    /// Adds to the Pods this reconcile creates what only Pods created now
+    /// get (a Redis being restored: the `restore` init container). It is
+    /// not part of the template or its hash, so Pods made later without it
+    /// are on the same revision. Default: nothing.
+    fn at_creation(&self, _obj: &K, _steer: &Self::Steer, _template: &mut PodTemplateSpec) {}
     /// The report that keeps what the status says, when nothing was applied.
     fn kept(&self, obj: &K) -> Self::Report;
     /// Deletes them before the Pods; `Ok(true)` once they are gone.
@@ -373,6 +378,17 @@ async fn apply<K: PodSet>(obj: &K, ctx: &Ctx<K>) -> Result<Action, Error> {
     } else {
         tracing::debug!("expectations pending: no steering");
         Default::default()
+    };
+    // Pods to create get what only Pods created now get (the template is
+    // cached per generation: made here when this round creates).
+    let template = if satisfied && plan.create > 0 {
+        let mut t = template.or_else(|| obj.pod_set().ok().map(|s| s.template));
+        if let Some(t) = t.as_mut() {
+            ctx.extras.at_creation(obj, &steer, t);
+        }
+        t
+    } else {
+        template
     };
     // The Pods and the extras do not wait for each other. The extras'
     // Services go to a task beside the reconcile (see `crate::runtime::service_applier`), so

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -29,6 +31,7 @@ use crate::podset::{Context, ObservedPod};
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
+use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
 use crate::redis::{disruption, rollout};
 use crate::runtime::Error;
@@ -91,6 +94,8 @@ pub struct Replication {
     /// The Services the cache does not show as wanted yet (applied beside
     /// the reconcile): a Redis is not Ready for clients until they are.
     pub services_pending: Vec<String>,
+    /// Where the restore of a Redis being restored is (`spec.restore`).
+    pub restore: Option<RestoreState>,
 }
 
 /// Replication and the Services of every Redis.
@@ -109,6 +114,9 @@ pub struct ReplicationExtras {
     /// The budgets and the nodes (see [`crate::redis::disruption`]); none
     /// in unit tests.
     disruptions: Option<Disruptions>,
+    /// The operator's own image, for the `restore` init container of a
+    /// Redis being restored (see [`crate::redis::restore`]).
+    restore_image: Option<String>,
 }
 
 /// The caches [`crate::redis::disruption`] reads.
@@ -132,6 +140,7 @@ impl ReplicationExtras {
             port_forward,
             wake,
             disruptions: None,
+            restore_image: None,
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -154,6 +163,56 @@ impl ReplicationExtras {
     pub fn with_disruptions(mut self, disruptions: Disruptions) -> Self {
         self.disruptions = Some(disruptions);
         self
+    }
+
+    /// With the image of the `restore` init container (the operator's
+    /// own): Redis objects with `spec.restore` can be restored.
+    pub fn with_restore_image(mut self, image: Option<String>) -> Self {
+        self.restore_image = image;
+        self
+    }
+
+    /// Where the restore of `redis` is, while it is being restored; a
+    /// restore that cannot start creates no Pods (`plan.create` 0) and is
+    /// a Warning.
+    async fn restore_state(
+        &self,
+        redis: &Redis,
+        ctx: &Context,
+        owner: &Owner,
+        pods: &[Arc<Pod>],
+        plan: &mut Plan,
+    ) -> Option<RestoreState> {
+        if !restore::restoring(redis) {
+            return None;
+        }
+        let state = match (restore::resolve(redis, &ctx.client).await, &self.restore_image) {
+            (Ok(from), Some(_)) => RestoreState::Restoring {
+                from,
+                failed: restore::failure(pods),
+            },
+            (Ok(_), None) => RestoreState::Blocked(
+                "NoRestoreImage",
+                "the operator does not know its own image for the restore init container: run it in a Pod or with --restore-image".into(),
+            ),
+            (Err((reason, message)), _) => RestoreState::Blocked(reason, message),
+        };
+        let warning = match &state {
+            RestoreState::Blocked(reason, message) => {
+                plan.create = 0;
+                Some((*reason, message.clone()))
+            }
+            RestoreState::Restoring {
+                failed: Some(why), ..
+            } => Some(("RestoreFailed", why.clone())),
+            RestoreState::Restoring { .. } => None,
+        };
+        if let Some((reason, message)) = warning {
+            ctx.executor
+                .event(owner, EventType::Warning, reason, "Restore", message)
+                .await;
+        }
+        Some(state)
     }
 
     /// The members on cordoned nodes.
@@ -661,6 +720,7 @@ impl Extras<Redis> for ReplicationExtras {
         // evicts it (its budget refuses the eviction until then), and no
         // switchover goes to a member there.
         retiring.extend(self.cordoned(&pods));
+        let restore = self.restore_state(redis, ctx, owner, &pods, plan).await;
         let password = match password(redis, ctx, owner).await {
             Ok(p) => p,
             Err(message) => {
@@ -683,6 +743,7 @@ impl Extras<Redis> for ReplicationExtras {
                     condition: Some(("False", "AuthSecretUnreadable", message)),
                     requeue_after_seconds: Some(5),
                     services_pending: Vec::new(),
+                    restore,
                 };
             }
         };
@@ -842,6 +903,15 @@ impl Extras<Redis> for ReplicationExtras {
             condition: Some(condition),
             requeue_after_seconds: Some(requeue.as_secs_f64().ceil().max(1.0) as i64),
             services_pending: Vec::new(),
+            restore,
+        }
+    }
+
+    fn at_creation(&self, redis: &Redis, steer: &Replication, template: &mut PodTemplateSpec) {
+        if let (Some(RestoreState::Restoring { from, .. }), Some(image)) =
+            (&steer.restore, &self.restore_image)
+        {
+            restore::add_init_container(redis, from, image, template);
         }
     }
 
@@ -879,6 +949,7 @@ impl Extras<Redis> for ReplicationExtras {
             condition: None,
             requeue_after_seconds: None,
             services_pending: Vec::new(),
+            restore: None,
         }
     }
 

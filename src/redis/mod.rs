@@ -7,6 +7,7 @@ pub mod disruption;
 pub mod hooks;
 pub mod pod;
 pub mod replication;
+pub mod restore;
 pub mod rollout;
 pub mod services;
 pub mod simulated;
@@ -160,6 +161,8 @@ mod tests {
                 config: Default::default(),
                 failover: Default::default(),
                 storage: None,
+                backup: None,
+                restore: None,
                 node_selector: Default::default(),
                 tolerations: Vec::new(),
                 affinity: None,

@@ -8,6 +8,7 @@ use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
 use crate::redis::pod::selector_string;
+use crate::redis::restore;
 use crate::redis::simulated;
 use crate::runtime::conditions::{self, Cond, truth};
 
@@ -134,7 +135,14 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
         selector: selector_string(&redis.name_any()),
         conditions: conditions::merge(
             &previous.conditions,
-            vec![ready, progressing, failure, replicated],
+            [ready, progressing, failure, replicated]
+                .into_iter()
+                .chain(restore::condition(
+                    redis,
+                    repl.restore.as_ref(),
+                    repl.primary.is_some(),
+                ))
+                .collect(),
             redis.metadata.generation,
             report.now,
         ),

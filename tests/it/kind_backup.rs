@@ -5,14 +5,17 @@
 //! its status, and the object in the bucket is exactly that snapshot; the
 //! writes lose nothing.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
-use kube::api::{LogParams, PostParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
+use podkeeper::api::Redis;
 use podkeeper::api::backup::{RedisBackup, phase};
+use podkeeper::api::names::SCHEDULE_LABEL;
 use podkeeper_dev::bench::redis::session::InvariantWatch;
-use podkeeper_dev::bench::redis::{self as bench};
+use podkeeper_dev::bench::redis::{self as bench, writer};
 use podkeeper_dev::kind::object_store as store;
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, local_path_helper_image};
 use serde_json::json;
@@ -42,12 +45,41 @@ async fn store_credentials(env: &TestEnv) {
     to.create(&PostParams::default(), &copy).await.unwrap();
 }
 
-/// `sha256sum` and size of `key` in the bucket, read by a Pod that mounts
-/// the store's claim (on its node: the claim's volume is local).
+/// `sha256sum` and size of `key` in the bucket.
 async fn object_digest(env: &TestEnv, key: &str) -> (String, u64) {
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), store::NAMESPACE);
-    let name = format!("check-{}", env.namespace);
     let path = format!("/data/{}/{key}", store::BUCKET);
+    let log = in_store(env, &format!("sha256sum {path} && stat -c %s {path}")).await;
+    let mut lines = log.lines();
+    let sha = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let size = lines.next().unwrap().trim().parse().unwrap();
+    (sha, size)
+}
+
+/// The keys of the objects under `dir` in the bucket (versitygw keeps an
+/// object as a file at its key).
+async fn objects_under(env: &TestEnv, dir: &str) -> BTreeSet<String> {
+    let root = format!("/data/{}/", store::BUCKET);
+    let log = in_store(
+        env,
+        &format!("find {root}{dir} -type f -name '*.rdb' 2>/dev/null; true"),
+    )
+    .await;
+    log.lines()
+        .filter_map(|l| l.trim().strip_prefix(&root).map(str::to_string))
+        .collect()
+}
+
+/// The output of `script`, run by a Pod that mounts the store's claim
+/// read-only (on its node: the claim's volume is local).
+async fn in_store(env: &TestEnv, script: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), store::NAMESPACE);
+    let name = format!("check-{}-{}", env.namespace, rand::random::<u16>());
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -57,7 +89,7 @@ async fn object_digest(env: &TestEnv, key: &str) -> (String, u64) {
             "containers": [{
                 "name": "check", "image": local_path_helper_image(),
                 "imagePullPolicy": "Never",
-                "command": ["sh", "-c", format!("sha256sum {path} && stat -c %s {path}")],
+                "command": ["sh", "-c", script],
                 "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}]
             }],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": store::CLAIM, "readOnly": true}}]
@@ -74,16 +106,7 @@ async fn object_digest(env: &TestEnv, key: &str) -> (String, u64) {
     let log = pods.logs(&name, &LogParams::default()).await.unwrap();
     let _ = pods.delete(&name, &Default::default()).await;
     assert_eq!(phase, "Succeeded", "{log}");
-    let mut lines = log.lines();
-    let sha = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let size = lines.next().unwrap().trim().parse().unwrap();
-    (sha, size)
+    log
 }
 
 #[tokio::test]
@@ -140,4 +163,197 @@ async fn a_backup_under_writes_comes_from_a_replica_and_is_the_object_in_the_buc
     s.writes_accepted(20).await.unwrap();
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     assert_nothing_lost(&w);
+}
+
+#[tokio::test]
+async fn scheduled_backups_under_writes_are_taken_and_pruned_with_their_objects() {
+    let env = TestEnv::new("kind-backup-schedule").await;
+    let s = session(&env).await;
+    let name = "cache";
+    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
+    s.settled(name, 2, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(500).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    store_credentials(&env).await;
+
+    let redises: Api<Redis> = env.api();
+    redises
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"backup": {
+                "schedule": "*/20 * * * * *",
+                "destination": {
+                    "endpoint": store::endpoint(), "bucket": store::BUCKET,
+                    "prefix": "kind-schedule", "credentials": {"secretName": "s3"}
+                },
+                "retention": {"keepLast": 2},
+            }}})),
+        )
+        .await
+        .unwrap();
+
+    // Until four backups have been made and the oldest pruned: at every
+    // look, at most one unfinished and at most three completed.
+    let backups: Api<RedisBackup> = env.api();
+    let selector = ListParams::default().labels(&format!("{SCHEDULE_LABEL}={name}"));
+    let seen = std::sync::Mutex::new(BTreeSet::new());
+    let kept = wait_for(
+        "four scheduled backups, the oldest pruned",
+        TIMEOUT,
+        || async {
+            let now = backups.list(&selector).await.ok()?.items;
+            let unfinished = now.iter().filter(|b| !b.finished()).count();
+            let completed: Vec<&RedisBackup> = now
+                .iter()
+                .filter(|b| b.phase() == phase::COMPLETED)
+                .collect();
+            assert!(unfinished <= 1, "one at a time: {now:?}");
+            // keepLast 2, and the one just completed until the schedule prunes.
+            assert!(completed.len() <= 3, "keepLast 2: {now:?}");
+            assert!(
+                now.iter().all(|b| b.phase() != phase::FAILED),
+                "a scheduled backup failed: {now:?}"
+            );
+            let mut seen = seen.lock().unwrap();
+            seen.extend(now.iter().filter_map(|b| b.metadata.name.clone()));
+            (seen.len() >= 4 && completed.len() == 2 && now.len() == 2).then_some(now)
+        },
+    )
+    .await;
+    let keys: BTreeSet<String> = kept
+        .iter()
+        .map(|b| b.status.as_ref().unwrap().key.clone().unwrap())
+        .collect();
+    let objects = objects_under(&env, &format!("kind-schedule/{}/{name}", env.namespace)).await;
+    assert_eq!(
+        objects, keys,
+        "the bucket holds the kept backups' objects and no other"
+    );
+    for b in &kept {
+        let st = b.status.as_ref().unwrap();
+        let (sha, _) = object_digest(&env, st.key.as_ref().unwrap()).await;
+        assert_eq!(Some(sha), st.sha256);
+    }
+    crate::redis::events_with_reasons(&env, &["BackupScheduled", "BackupPruned"]).await;
+
+    s.writes_accepted(20).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}
+
+/// A RedisBackup of `redis` named `name`, completed.
+async fn completed_backup(env: &TestEnv, name: &str, redis: &str) -> RedisBackup {
+    let backups: Api<RedisBackup> = env.api();
+    let backup: RedisBackup = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
+        "metadata": {"name": name},
+        "spec": {"redis": redis, "destination": {
+            "endpoint": store::endpoint(), "bucket": store::BUCKET,
+            "prefix": "kind-restore", "credentials": {"secretName": "s3"}
+        }}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let done = wait_for("the backup to finish", TIMEOUT, || async {
+        let b = backups.get(name).await.ok()?;
+        b.finished().then_some(b)
+    })
+    .await;
+    assert_eq!(done.phase(), phase::COMPLETED, "{:?}", done.status);
+    done
+}
+
+fn condition(r: &Redis, type_: &str) -> Option<(String, String)> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_missing_one_starts_nothing()
+ {
+    let env = TestEnv::new("kind-restore").await;
+    let s = session(&env).await;
+    s.create_redis("source", 2, REDIS_IMAGE).await.unwrap();
+    s.settled("source", 2, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip("source").await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    // Every write acknowledged by the replica too (WAIT 1): all of them
+    // are on the replica the backup is taken from.
+    let writes = s.stop_writer().await.unwrap();
+    let acked = writer::acknowledged(&writes, 1);
+    assert!(acked.len() >= 300);
+    store_credentials(&env).await;
+    let backup = completed_backup(&env, "snap", "source").await;
+
+    // A backup that does not exist: no Pods, and the condition says why.
+    let redises: Api<Redis> = env.api();
+    s.create_redis_spec(
+        "nothing",
+        json!({"replicas": 2, "port": 6379, "image": REDIS_IMAGE, "restore": {"backup": "absent"}}),
+    )
+    .await
+    .unwrap();
+    wait_for("Restored=False BackupNotFound", TIMEOUT, || async {
+        let r = redises.get("nothing").await.ok()?;
+        (condition(&r, "Restored") == Some(("False".into(), "BackupNotFound".into()))).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = env.api();
+    let of_nothing = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/instance=nothing"))
+        .await
+        .unwrap();
+    assert!(of_nothing.items.is_empty(), "no member without its data");
+
+    // From the backup, with storage (the backup becomes the AOF's base).
+    s.create_redis_spec(
+        "copy",
+        json!({
+            "replicas": 2, "port": 6379, "image": REDIS_IMAGE,
+            "storage": {"size": "256Mi"},
+            "restore": {"backup": "snap"},
+        }),
+    )
+    .await
+    .unwrap();
+    let (r, members) = s.settled("copy", 2, TIMEOUT).await.unwrap();
+    assert_eq!(
+        condition(&r, "Restored"),
+        Some(("True".into(), "Restored".into()))
+    );
+    for p in &members {
+        let init = p
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            init.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["restore"],
+            "every first member loaded the backup"
+        );
+    }
+    let copy_host = s.cluster_ip("copy").await.unwrap();
+    let lost = s.lost_keyed("w", &copy_host, 6379, &acked).unwrap();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes missing from the restored Redis (backup {:?})",
+        lost.len(),
+        acked.len(),
+        backup.status
+    );
+    crate::redis::events_with_reasons(&env, &["BackupNotFound"]).await;
 }

@@ -4,6 +4,7 @@
 //! dev/tests/it.
 
 mod application;
+mod backups;
 mod bounds;
 mod cluster;
 mod harness;

@@ -314,3 +314,99 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
     );
     assert!(!store.uploading(), "every upload aborted");
 }
+
+/// A new redis-server on the data directory `dir` (with `appendonly`):
+/// its key count once it answers.
+async fn keys_in(dir: &Path, appendonly: bool) -> i64 {
+    let port = free_port();
+    let _server = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            LOOPBACK,
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    let client = redis::Client::open(format!("redis://{LOOPBACK}:{port}")).unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await
+            && let Ok(n) = redis::cmd("DBSIZE").query_async::<i64>(&mut c).await
+        {
+            return n;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the restored server did not answer"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test]
+async fn a_backup_restores_every_key_with_and_without_aof_and_only_when_it_checks_out() {
+    use podkeeper::backup::restore::{Layout, MARKER, Restored, restore};
+    let (_primary, replica) = pair(5_000).await;
+    let store = ObjectStore::start().await;
+    let at = store.location(SECRET_KEY);
+    let key = "shop/cache/restore-me.rdb";
+    let snap = backup::copy(&source(&replica), &at, key)
+        .await
+        .expect("a backup");
+    let layout = |dir: &Path, aof: bool| Layout {
+        dir: dir.to_path_buf(),
+        dbfilename: "dump.rdb".into(),
+        aof: aof.then(|| ("appendonlydir".into(), "appendonly.aof".into())),
+    };
+
+    for aof in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path(), aof);
+        match restore(&at, key, &snap.sha256, &l).await {
+            Ok(Restored::Done(s)) => assert_eq!(s.sha256, snap.sha256),
+            other => panic!("{other:?}"),
+        }
+        // A container started again (a node's restart) does not put the
+        // backup over what the member has since.
+        assert_eq!(
+            restore(&at, key, &snap.sha256, &l).await,
+            Ok(Restored::Already)
+        );
+        assert_eq!(keys_in(dir.path(), aof).await, 5_000, "appendonly {aof}");
+    }
+
+    // The wrong checksum, a missing object, wrong credentials: an error
+    // that says so, and nothing where redis-server would load it.
+    let dir = tempfile::tempdir().unwrap();
+    let l = layout(dir.path(), true);
+    let wrong = "0".repeat(64);
+    let e = restore(&at, key, &wrong, &l).await.unwrap_err();
+    assert!(e.contains(&snap.sha256) && e.contains(&wrong), "{e}");
+    let e = restore(&at, "shop/cache/none.rdb", &snap.sha256, &l)
+        .await
+        .unwrap_err();
+    assert!(e.contains("not found"), "{e}");
+    let e = restore(&store.location("wrong-secret"), key, &snap.sha256, &l)
+        .await
+        .unwrap_err();
+    assert!(e.contains(key), "{e}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "nothing left after failed restores: {left:?}"
+    );
+    assert!(!dir.path().join(MARKER).exists());
+    assert_eq!(keys_in(dir.path(), true).await, 0);
+}

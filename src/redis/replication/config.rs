@@ -114,15 +114,13 @@ pub fn default_maxmemory(memory_limit: Option<&Quantity>) -> Option<u64> {
         .filter(|b| *b > 0)
 }
 
-/// The redis-server arguments for `spec.config` (validated) and the memory
-/// limit: `--name value...` per directive, values split on white space as
-/// redis.conf splits a line; an empty value stays one empty argument.
-/// `persistent`: the data directory is a volume that outlives the Pod.
-pub fn config_args(
+/// `spec.config` (validated, names in lower case) with podkeeper's
+/// persistence defaults for what it does not set. `persistent`: the data
+/// directory is a volume that outlives the Pod.
+pub fn effective(
     config: &BTreeMap<String, String>,
-    memory_limit: Option<&Quantity>,
     persistent: bool,
-) -> Result<Vec<String>, ConfigError> {
+) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut config = validate(config)?;
     let defaults = if persistent {
         PERSISTENT_DEFAULTS
@@ -134,6 +132,19 @@ pub fn config_args(
             .entry(name.to_string())
             .or_insert_with(|| value.to_string());
     }
+    Ok(config)
+}
+
+/// The redis-server arguments for `spec.config` (validated) and the memory
+/// limit: `--name value...` per directive, values split on white space as
+/// redis.conf splits a line; an empty value stays one empty argument.
+/// `persistent`: the data directory is a volume that outlives the Pod.
+pub fn config_args(
+    config: &BTreeMap<String, String>,
+    memory_limit: Option<&Quantity>,
+    persistent: bool,
+) -> Result<Vec<String>, ConfigError> {
+    let mut config = effective(config, persistent)?;
     if !config.contains_key("maxmemory")
         && let Some(b) = default_maxmemory(memory_limit)
     {
