@@ -357,3 +357,115 @@ async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_mis
     );
     crate::redis::events_with_reasons(&env, &["BackupNotFound"]).await;
 }
+
+/// How a backup in flight is interrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// The member it is taken from is deleted.
+    Member,
+    /// The object store's Pod is deleted (its Deployment starts another on
+    /// the same volume).
+    Store,
+    /// The primary is deleted: a failover while the snapshot streams.
+    Failover,
+}
+
+#[tokio::test]
+async fn backups_cut_by_a_deleted_member_a_restarted_store_or_a_failover_end_whole_and_lose_no_write()
+ {
+    // It restarts the cluster's object store: no other test runs beside it.
+    let env = TestEnv::exclusive("kind-backup-cut").await;
+    let s = session(&env).await;
+    let name = "cache";
+    s.create_redis(name, 3, REDIS_IMAGE).await.unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    // ~300 MB: a snapshot streams for seconds, long enough to cut.
+    podkeeper_dev::bench::redis::storage::load_dataset(&s, name, 300_000)
+        .await
+        .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(200).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    store_credentials(&env).await;
+    let backups: Api<RedisBackup> = env.api();
+    let pods: Api<Pod> = env.api();
+    let store_pods: Api<Pod> = Api::namespaced(env.client.clone(), store::NAMESPACE);
+
+    for (i, cut) in [Cut::Member, Cut::Store, Cut::Failover]
+        .into_iter()
+        .enumerate()
+    {
+        let backup_name = format!("cut-{i}");
+        let backup: RedisBackup = serde_json::from_value(json!({
+            "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
+            "metadata": {"name": backup_name},
+            "spec": {"redis": name, "destination": {
+                "endpoint": store::endpoint(), "bucket": store::BUCKET,
+                "prefix": "kind-cut", "credentials": {"secretName": "s3"}
+            }}
+        }))
+        .unwrap();
+        backups
+            .create(&PostParams::default(), &backup)
+            .await
+            .unwrap();
+        let member = wait_for("the backup's first try to run", TIMEOUT, || async {
+            let b = backups.get(&backup_name).await.ok()?;
+            let st = b.status?;
+            (st.phase.as_deref() == Some(phase::RUNNING)).then_some(st.member?)
+        })
+        .await;
+        match cut {
+            Cut::Member => {
+                pods.delete(&member, &Default::default()).await.unwrap();
+            }
+            Cut::Store => {
+                store_pods
+                    .delete_collection(
+                        &Default::default(),
+                        &ListParams::default().labels("app.kubernetes.io/name=object-store"),
+                    )
+                    .await
+                    .unwrap();
+            }
+            Cut::Failover => {
+                let r = env.api::<Redis>().get(name).await.unwrap();
+                pods.delete(r.primary_pod().unwrap(), &Default::default())
+                    .await
+                    .unwrap();
+            }
+        }
+        let done = wait_for(
+            &format!("{backup_name} ({cut:?}) to finish"),
+            TIMEOUT * 2,
+            || async {
+                let b = backups.get(&backup_name).await.ok()?;
+                b.finished().then_some(b)
+            },
+        )
+        .await;
+        let st = done.status.clone().unwrap();
+        assert_eq!(done.phase(), phase::COMPLETED, "{cut:?}: {st:?}");
+        if cut == Cut::Member {
+            assert!(
+                st.attempts >= 2 && st.member.as_deref() != Some(member.as_str()),
+                "the cut try failed and a later one came from another member: {st:?}"
+            );
+        }
+        // Whatever the cut did, the object is the snapshot checked whole.
+        let (sha, size) = object_digest(&env, st.key.as_ref().unwrap()).await;
+        assert_eq!(Some(sha), st.sha256, "{cut:?}");
+        assert_eq!(Some(size as i64), st.size, "{cut:?}");
+        s.settled(name, 3, TIMEOUT * 2).await.unwrap();
+    }
+    // Only the three backups' objects: no partial one beside them.
+    let objects = objects_under(&env, &format!("kind-cut/{}/{name}", env.namespace)).await;
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    crate::redis::events_with_reasons(&env, &["TryFailed", "Completed"]).await;
+
+    s.writes_accepted(20).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}

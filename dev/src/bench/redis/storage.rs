@@ -86,7 +86,7 @@ fn info_u64(info: &str, key: &str) -> u64 {
 
 /// Writes keys `d1` ..= `d<keys>` through the primary of `name`, printing
 /// progress every 20,000 keys.
-async fn load_dataset(session: &Session, name: &str, keys: u64) -> Result<(), crate::Error> {
+pub async fn load_dataset(session: &Session, name: &str, keys: u64) -> Result<(), crate::Error> {
     let started = now();
     let mut from = 1;
     while from <= keys {
