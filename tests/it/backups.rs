@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use podkeeper::api::Redis;
@@ -57,14 +57,10 @@ async fn made(env: &TestEnv, redis: &str) -> Vec<RedisBackup> {
 }
 
 async fn reasons(env: &TestEnv, object: &str) -> BTreeSet<String> {
-    let events: Api<Event> = env.api();
-    events
-        .list(&ListParams::default())
+    crate::redis::events(env)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(object))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
         .filter_map(|e| e.reason)
         .collect()
 }

@@ -9,15 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::api::{Redis, RedisSpec};
 use serde_json::json;
 
 use crate::bounds::Recorder;
 use crate::harness::{PodDelays, TestEnv, image, wait_for};
-use crate::redis::{converged, live_pods};
+use crate::redis::{converged, live_pods, notes};
 use crate::transients::{Policy, image_changes_refused, replica_failure, wait_failure};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -33,19 +32,6 @@ fn image_of(p: &Pod) -> String {
 fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
         .map(|p| (p.name_any(), p.uid().unwrap()))
-        .collect()
-}
-
-async fn notes(env: &TestEnv, reason: &str) -> Vec<String> {
-    let events: Api<Event> = env.api();
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
         .collect()
 }
 

@@ -123,25 +123,8 @@ async fn a_backup_under_writes_comes_from_a_replica_and_is_the_object_in_the_buc
     let watch = InvariantWatch::start(&s, name);
     store_credentials(&env).await;
 
-    let backups: Api<RedisBackup> = env.api();
-    let backup: RedisBackup = serde_json::from_value(json!({
-        "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
-        "metadata": {"name": "first"},
-        "spec": {"redis": name, "destination": {
-            "endpoint": store::endpoint(), "bucket": store::BUCKET,
-            "prefix": "kind-tests", "credentials": {"secretName": "s3"}
-        }}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let done = wait_for("the backup to finish", TIMEOUT, || async {
-        let b = backups.get("first").await.ok()?;
-        b.finished().then_some(b)
-    })
-    .await;
+    create_backup(&env, "first", name, "kind-tests").await;
+    let done = finished(&env, "first", TIMEOUT).await;
     let status = done.status.clone().unwrap();
     assert_eq!(done.phase(), phase::COMPLETED, "{status:?}");
     assert_eq!(status.attempts, 1, "{status:?}");
@@ -246,27 +229,39 @@ async fn scheduled_backups_under_writes_are_taken_and_pruned_with_their_objects(
 
 /// A RedisBackup of `redis` named `name`, completed.
 async fn completed_backup(env: &TestEnv, name: &str, redis: &str) -> RedisBackup {
-    let backups: Api<RedisBackup> = env.api();
+    create_backup(env, name, redis, "kind-restore").await;
+    let done = finished(env, name, TIMEOUT).await;
+    assert_eq!(done.phase(), phase::COMPLETED, "{:?}", done.status);
+    done
+}
+
+/// Creates RedisBackup `name` of `redis` into the cluster's object store,
+/// under `prefix`.
+async fn create_backup(env: &TestEnv, name: &str, redis: &str, prefix: &str) {
     let backup: RedisBackup = serde_json::from_value(json!({
         "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
         "metadata": {"name": name},
         "spec": {"redis": redis, "destination": {
             "endpoint": store::endpoint(), "bucket": store::BUCKET,
-            "prefix": "kind-restore", "credentials": {"secretName": "s3"}
+            "prefix": prefix, "credentials": {"secretName": "s3"}
         }}
     }))
     .unwrap();
+    let backups: Api<RedisBackup> = env.api();
     backups
         .create(&PostParams::default(), &backup)
         .await
         .unwrap();
-    let done = wait_for("the backup to finish", TIMEOUT, || async {
+}
+
+/// Backup `name` once it is Completed or Failed.
+async fn finished(env: &TestEnv, name: &str, timeout: Duration) -> RedisBackup {
+    let backups: Api<RedisBackup> = env.api();
+    wait_for(&format!("backup {name} to finish"), timeout, || async {
         let b = backups.get(name).await.ok()?;
         b.finished().then_some(b)
     })
-    .await;
-    assert_eq!(done.phase(), phase::COMPLETED, "{:?}", done.status);
-    done
+    .await
 }
 
 fn condition(r: &Redis, type_: &str) -> Option<(String, String)> {
@@ -398,19 +393,7 @@ async fn backups_cut_by_a_deleted_member_a_restarted_store_or_a_failover_end_who
         .enumerate()
     {
         let backup_name = format!("cut-{i}");
-        let backup: RedisBackup = serde_json::from_value(json!({
-            "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
-            "metadata": {"name": backup_name},
-            "spec": {"redis": name, "destination": {
-                "endpoint": store::endpoint(), "bucket": store::BUCKET,
-                "prefix": "kind-cut", "credentials": {"secretName": "s3"}
-            }}
-        }))
-        .unwrap();
-        backups
-            .create(&PostParams::default(), &backup)
-            .await
-            .unwrap();
+        create_backup(&env, &backup_name, name, "kind-cut").await;
         let member = wait_for("the backup's first try to run", TIMEOUT, || async {
             let b = backups.get(&backup_name).await.ok()?;
             let st = b.status?;
@@ -437,15 +420,7 @@ async fn backups_cut_by_a_deleted_member_a_restarted_store_or_a_failover_end_who
                     .unwrap();
             }
         }
-        let done = wait_for(
-            &format!("{backup_name} ({cut:?}) to finish"),
-            TIMEOUT * 2,
-            || async {
-                let b = backups.get(&backup_name).await.ok()?;
-                b.finished().then_some(b)
-            },
-        )
-        .await;
+        let done = finished(&env, &backup_name, TIMEOUT * 2).await;
         let st = done.status.clone().unwrap();
         assert_eq!(done.phase(), phase::COMPLETED, "{cut:?}: {st:?}");
         if cut == Cut::Member {

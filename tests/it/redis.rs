@@ -95,6 +95,22 @@ fn condition(r: &Redis, type_: &str) -> (String, String) {
     (c.status.clone(), c.reason.clone())
 }
 
+/// The namespace's Events.
+pub(crate) async fn events(env: &TestEnv) -> Vec<Event> {
+    let events: Api<Event> = env.api();
+    events.list(&ListParams::default()).await.unwrap().items
+}
+
+/// The notes of the namespace's Events with `reason`.
+pub(crate) async fn notes(env: &TestEnv, reason: &str) -> Vec<String> {
+    events(env)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
 /// Waits until the namespace has Events of every reason in `reasons`
 /// (per-Pod Events are recorded in the background).
 pub(crate) async fn events_with_reasons(env: &TestEnv, reasons: &[&str]) {

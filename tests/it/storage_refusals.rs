@@ -9,32 +9,17 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
 
 use crate::harness::{TestEnv, wait_for};
-use crate::redis::{converged, events_with_reasons, live_pods};
+use crate::redis::{converged, events_with_reasons, live_pods, notes};
 use crate::storage::{Volumes, claims, claims_of, stored};
 use crate::transients::{DownWebhook, Policy};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The notes of the namespace's Events with `reason`.
-async fn notes(env: &TestEnv, reason: &str) -> Vec<String> {
-    let events: Api<Event> = env.api();
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .collect()
-}
 
 /// The Redis's `ReplicaFailure` condition, when it is `True`: reason and
 /// message.

@@ -171,36 +171,7 @@ fn source(server: &Server) -> Source {
 async fn keys_when_loaded(rdb: &Path) -> i64 {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(rdb, dir.path().join("dump.rdb")).unwrap();
-    let port = free_port();
-    let _server = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            LOOPBACK,
-            "--save",
-            "",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server");
-    let client = redis::Client::open(format!("redis://{LOOPBACK}:{port}")).unwrap();
-    let start = Instant::now();
-    loop {
-        if let Ok(mut c) = client.get_multiplexed_async_connection().await
-            && let Ok(n) = redis::cmd("DBSIZE").query_async::<i64>(&mut c).await
-        {
-            return n;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the restored server did not answer"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    keys_in(dir.path(), false).await
 }
 
 #[tokio::test]
