@@ -35,6 +35,10 @@ pub enum Command {
     /// store's credentials come from AWS_ACCESS_KEY_ID and
     /// AWS_SECRET_ACCESS_KEY.
     Restore(RestoreArgs),
+    /// Upload an RDB file (say from `redis-cli --rdb`) into a bucket, checked
+    /// as a backup is, to restore a Redis from it (`spec.restore.source`).
+    /// Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    Upload(UploadArgs),
     /// Print every CustomResourceDefinition as YAML.
     Crd {
         /// Write one file per CRD, and a kustomization, into this directory.
@@ -74,6 +78,23 @@ pub struct RestoreArgs {
     /// message).
     #[arg(long)]
     pub termination_log: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct UploadArgs {
+    /// The store's endpoint (`http(s)://host[:port]`).
+    #[arg(long)]
+    pub endpoint: String,
+    #[arg(long)]
+    pub bucket: String,
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// The object's key.
+    #[arg(long)]
+    pub key: String,
+    /// The RDB file.
+    #[arg(long)]
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args, Clone)]

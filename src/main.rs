@@ -34,6 +34,9 @@ fn main() -> std::process::ExitCode {
             Command::Restore(args) => podkeeper::backup::restore::run(&args)
                 .await
                 .map_err(podkeeper::Error::Other),
+            Command::Upload(args) => podkeeper::backup::upload::run(&args)
+                .await
+                .map_err(podkeeper::Error::Other),
             Command::Crd { out_dir } => podkeeper::api::print_all(out_dir.as_deref()),
         }
     });

@@ -12,7 +12,11 @@
 //! - `schedule.rs`: pure; when a Redis's `spec.backup` schedule is due,
 //!   the backups' names, which finished backups retention lets go;
 //! - `scheduler.rs`: the schedule's controller over Redis objects: makes
-//!   the due `RedisBackup`, prunes objects then `RedisBackup`s.
+//!   the due `RedisBackup`, prunes objects then `RedisBackup`s;
+//! - `restore.rs`: `podkeeper restore`, the init container of a Redis being
+//!   restored: download, check, put where redis-server loads it;
+//! - `upload.rs`: `podkeeper upload`, an RDB file made by hand checked into
+//!   a bucket (to restore from, or as the by-hand floor of a backup).
 
 pub mod controller;
 pub mod rdb;
@@ -21,6 +25,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod store;
 pub mod take;
+pub mod upload;
 
 use tokio::sync::{mpsc, oneshot};
 

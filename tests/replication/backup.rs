@@ -381,3 +381,49 @@ async fn a_backup_restores_every_key_with_and_without_aof_and_only_when_it_check
     assert!(!dir.path().join(MARKER).exists());
     assert_eq!(keys_in(dir.path(), true).await, 0);
 }
+
+#[tokio::test]
+async fn an_rdb_file_uploaded_by_hand_goes_in_only_whole_and_restores() {
+    use podkeeper::backup::restore::{Layout, Restored, restore};
+    use podkeeper::backup::upload::upload_file;
+    let (_primary, replica) = pair(2_000).await;
+    let store = ObjectStore::start().await;
+    let at = store.location(SECRET_KEY);
+    let snap = backup::copy(&source(&replica), &at, "taken.rdb")
+        .await
+        .expect("a backup");
+    // An RDB file made elsewhere: the object just taken, as a file.
+    let made = tempfile::tempdir().unwrap();
+    let file = made.path().join("dump.rdb");
+    std::fs::copy(&store.objects()[0], &file).unwrap();
+    let up = upload_file(&at, "imported/dump.rdb", &file)
+        .await
+        .expect("uploaded");
+    assert_eq!(
+        (up.sha256.as_str(), up.size),
+        (snap.sha256.as_str(), snap.size)
+    );
+
+    // Half a file is refused, and nothing is left in the bucket for it.
+    let bytes = std::fs::read(&file).unwrap();
+    let half = made.path().join("half.rdb");
+    std::fs::write(&half, &bytes[..bytes.len() / 2]).unwrap();
+    let e = upload_file(&at, "imported/half.rdb", &half)
+        .await
+        .unwrap_err();
+    assert!(e.contains("not a whole RDB file"), "{e}");
+    assert_eq!(store.objects().len(), 2, "{:?}", store.objects());
+    assert!(!store.uploading(), "no upload left behind");
+
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout {
+        dir: dir.path().to_path_buf(),
+        dbfilename: "dump.rdb".into(),
+        aof: None,
+    };
+    assert!(matches!(
+        restore(&at, "imported/dump.rdb", &up.sha256, &layout).await,
+        Ok(Restored::Done(_))
+    ));
+    assert_eq!(keys_in(dir.path(), false).await, 2_000);
+}
