@@ -82,7 +82,7 @@ soak seconds="600" seed="":
 bench-redis *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
-    kc=$(cargo run -q -- kind up --name {{kind_cluster}})
+    kc=$(cargo run -q -- kind up --name {{kind_cluster}} --object-store)
     export KUBECONFIG="$kc"
     just kind_cluster={{kind_cluster}} image kind-load
     kubectl apply -k manifests/

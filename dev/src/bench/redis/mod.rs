@@ -9,6 +9,7 @@
 //! bench-redis` sets them up as `just e2e` does). Every figure is printed
 //! with its method and the machine's load averages.
 
+pub mod backup;
 pub mod fleet;
 pub mod partition;
 pub mod sentinel;
@@ -105,6 +106,18 @@ pub struct BenchRedisArgs {
     /// storage under writes (each followed by `kubectl uncordon`).
     #[arg(long, default_value_t = 0)]
     pub drains: usize,
+    /// Backup and restore runs: a RedisBackup and a Redis with
+    /// spec.restore against redis-cli --rdb plus `podkeeper upload`, and
+    /// `podkeeper restore` plus redis-server, by hand (see `backup`).
+    #[arg(long, default_value_t = 0)]
+    pub backups: usize,
+    /// Keys of 1 KiB in the backup runs' Redis (1,000,000: about 1 GiB).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub backup_keys: u64,
+    /// The static podkeeper binary copied into the client Pod for the
+    /// by-hand steps (default: the one `just static` builds).
+    #[arg(long)]
+    pub podkeeper_bin: Option<PathBuf>,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -235,6 +248,7 @@ pub struct Report {
     pub node_restarts: storage::Restarts,
     pub resyncs: storage::Resyncs,
     pub drains: storage::Drains,
+    pub backups: backup::Backups,
     /// Times the client Pod's container was started again (a failed start
     /// counts); its writer resumed each time.
     pub client_restarts: i32,
@@ -326,6 +340,20 @@ async fn measure(
     }
     if args.drains > 0 {
         storage::drains(session, args.drains, &mut report.drains).await?;
+    }
+    if args.backups > 0 {
+        let binary = args
+            .podkeeper_bin
+            .clone()
+            .unwrap_or_else(backup::default_binary);
+        backup::backups(
+            session,
+            args.backups,
+            args.backup_keys,
+            &binary,
+            &mut report.backups,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -730,6 +758,7 @@ pub fn markdown(r: &Report) -> String {
     );
     fleet_markdown(&mut s, &r.fleet);
     storage::markdown(&mut s, r);
+    backup::markdown(&mut s, &r.backups);
     if r.client_restarts > 0 {
         let _ = writeln!(
             s,
