@@ -199,6 +199,11 @@ fn unusable(name: &str, node_image: &str) -> Option<String> {
     if image != node_image {
         return Some(format!("its node runs image {image:?}, not {node_image}"));
     }
+    if network_is_ours() == Some(false) {
+        return Some(format!(
+            "the Docker network {DOCKER_NETWORK} has no subnet of podkeeper's (a restarted node could not keep its address)"
+        ));
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         match control_plane_kubectl(name, &["get", "--raw", "/readyz"]) {
@@ -253,6 +258,85 @@ pub fn moved_nodes(nodes: &[NodeAddress], addresses: &[(String, String)]) -> Vec
         .collect()
 }
 
+/// The Docker network kind puts its nodes on.
+const DOCKER_NETWORK: &str = "kind";
+/// The label on the `kind` network podkeeper made.
+const NETWORK_LABEL: &str = "podkeeper.dev/kind-network";
+
+/// Whether the `kind` network is podkeeper's: made with an IPv4 subnet of
+/// its own, so a node restarted (`bench-redis --node-restarts`, the
+/// kind_storage node-restart test) can be put back at its address (Docker
+/// refuses `network connect --ip` on a network whose subnet it chose, as
+/// the one kind makes itself). `None`: there is no such network.
+fn network_is_ours() -> Option<bool> {
+    let label = docker::output(&[
+        "network",
+        "inspect",
+        "-f",
+        &format!("{{{{index .Labels \"{NETWORK_LABEL}\"}}}}"),
+        DOCKER_NETWORK,
+    ])
+    .ok()?;
+    Some(label.trim() == "true")
+}
+
+/// Makes the `kind` network with a subnet of podkeeper's choosing (the
+/// first /16 of 172.18-172.31 no other network holds), replacing one
+/// without it that no container is on. One that containers are on is
+/// left: its clusters would have to go first.
+fn ensure_network() -> Result<(), Error> {
+    match network_is_ours() {
+        Some(true) => return Ok(()),
+        Some(false) => {
+            let attached = docker::output(&[
+                "network",
+                "inspect",
+                "-f",
+                "{{len .Containers}}",
+                DOCKER_NETWORK,
+            ])?;
+            if attached.trim() != "0" {
+                super::progress(&format!(
+                    "the Docker network {DOCKER_NETWORK} has containers and no subnet of podkeeper's: node restarts cannot keep a node's address (delete the kind clusters on it to have it remade)"
+                ));
+                return Ok(());
+            }
+            docker::output(&["network", "rm", DOCKER_NETWORK])?;
+        }
+        None => {}
+    }
+    let mut refused = String::new();
+    for second in 18..=31 {
+        let subnet = format!("172.{second}.0.0/16");
+        let gateway = format!("172.{second}.0.1");
+        match docker::output(&[
+            "network",
+            "create",
+            "--driver",
+            "bridge",
+            "--subnet",
+            &subnet,
+            "--gateway",
+            &gateway,
+            "--opt",
+            "com.docker.network.bridge.enable_ip_masquerade=true",
+            "--label",
+            &format!("{NETWORK_LABEL}=true"),
+            DOCKER_NETWORK,
+        ]) {
+            Ok(_) => {
+                super::progress(&format!("Docker network {DOCKER_NETWORK}: {subnet}"));
+                return Ok(());
+            }
+            Err(e) => refused = e.to_string(),
+        }
+    }
+    Err(Error::Step {
+        what: format!("creating the Docker network {DOCKER_NETWORK}"),
+        detail: format!("no /16 of 172.18-172.31 was free: {refused}"),
+    })
+}
+
 /// Creates the cluster on `node_image` unless a usable one exists (one that
 /// is not is deleted first), then sets up the Pod network and waits for every
 /// node to be Ready.
@@ -271,6 +355,7 @@ pub fn create(kind_bin: &Path, node_image: &str, opts: &UpOptions) -> Result<(),
         }
     }
     if !exists {
+        ensure_network()?;
         super::progress(&format!(
             "kind create cluster --name {} (1 control plane, {} workers)",
             opts.name, opts.workers
