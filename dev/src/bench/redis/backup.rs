@@ -65,6 +65,8 @@ pub struct Backups {
 }
 
 const NAME: &str = "bk";
+/// This machine's CA bundle (`just image` puts the same file in the image).
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Copies the object store's credentials into the bench namespace as
 /// Secret `s3`, and returns them (for the by-hand steps).
@@ -158,16 +160,16 @@ pub async fn backups(
         ..Default::default()
     };
     let (id, secret) = credentials(session).await?;
-    let (ok, _, err) = session.kubectl(&[
-        "cp",
-        &binary.display().to_string(),
-        &format!("{CLIENT}:/tmp/podkeeper"),
-    ]);
-    if !ok {
-        return Err(other(format!(
-            "copying {} into the client Pod: {err}",
-            binary.display()
-        )));
+    // The binary and a trust store for its HTTP client (which does not
+    // start without one; the operator's image carries the same file).
+    for (from, to) in [
+        (binary.display().to_string(), "/tmp/podkeeper"),
+        (CA_BUNDLE.to_string(), "/tmp/ca-certificates.crt"),
+    ] {
+        let (ok, _, err) = session.kubectl(&["cp", &from, &format!("{CLIENT}:{to}")]);
+        if !ok {
+            return Err(other(format!("copying {from} into the client Pod: {err}")));
+        }
     }
     session.create_redis(NAME, 2, REDIS_IMAGE).await?;
     session.settled(NAME, 2, STEP_TIMEOUT).await?;
@@ -176,7 +178,9 @@ pub async fn backups(
     let host = session.cluster_ip(NAME).await?;
     session.start_writer(&host, PORT, 1).await?;
     session.writes_accepted(50).await?;
-    let creds = format!("AWS_ACCESS_KEY_ID='{id}' AWS_SECRET_ACCESS_KEY='{secret}'");
+    let creds = format!(
+        "SSL_CERT_FILE=/tmp/ca-certificates.crt AWS_ACCESS_KEY_ID='{id}' AWS_SECRET_ACCESS_KEY='{secret}'"
+    );
     let target = format!(
         "--endpoint {} --bucket {} --region {}",
         store::endpoint(),
@@ -327,6 +331,10 @@ pub fn markdown(s: &mut String, b: &Backups) {
         "| measure | p50 / p99 / max | MB/s at p50 |\n|---|---|---|"
     );
     let row = |s: &mut String, what: &str, v: &[f64]| {
+        if v.is_empty() {
+            let _ = writeln!(s, "| {what} | - | - |");
+            return;
+        }
         let p = percentiles(v);
         let _ = writeln!(
             s,
