@@ -350,7 +350,39 @@ async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_mis
         acked.len(),
         backup.status
     );
-    crate::redis::events_with_reasons(&env, &["BackupNotFound"]).await;
+
+    // A source whose checksum is not the object's: the members' restore
+    // step fails and says why, and no member serves in its place.
+    let key = backup.status.as_ref().unwrap().key.clone().unwrap();
+    s.create_redis_spec(
+        "corrupt",
+        json!({
+            "replicas": 1, "port": 6379, "image": REDIS_IMAGE,
+            "restore": {"source": {
+                "store": {"endpoint": store::endpoint(), "bucket": store::BUCKET, "credentials": {"secretName": "s3"}},
+                "key": key, "sha256": "0".repeat(64),
+            }},
+        }),
+    )
+    .await
+    .unwrap();
+    let message = wait_for("Restored=False RestoreFailed", TIMEOUT, || async {
+        let r = redises.get("corrupt").await.ok()?;
+        let c = r
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Restored")?;
+        (c.reason == "RestoreFailed").then_some(c.message)
+    })
+    .await;
+    assert!(message.contains("SHA-256"), "{message}");
+    let r = redises.get("corrupt").await.unwrap();
+    assert!(
+        r.status.and_then(|s| s.primary).is_none(),
+        "no member serves in its place"
+    );
+    crate::redis::events_with_reasons(&env, &["BackupNotFound", "RestoreFailed"]).await;
 }
 
 /// How a backup in flight is interrupted.

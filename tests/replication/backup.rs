@@ -222,6 +222,24 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
         .unwrap_err();
     assert!(e.contains("uploading a.rdb"), "{e}");
 
+    // A bucket that does not exist, and an endpoint nothing listens on.
+    let missing = Location {
+        bucket: "no-such-bucket".into(),
+        ..store.location(SECRET_KEY)
+    };
+    let e = backup::copy(&source(&replica), &missing, "m.rdb")
+        .await
+        .unwrap_err();
+    assert!(e.contains("uploading m.rdb"), "{e}");
+    let nowhere = Location {
+        endpoint: format!("http://{LOOPBACK}:{}", free_port()),
+        ..store.location(SECRET_KEY)
+    };
+    let e = backup::copy(&source(&replica), &nowhere, "n.rdb")
+        .await
+        .unwrap_err();
+    assert!(e.contains("uploading n.rdb"), "{e}");
+
     // A replica not linked to a primary refuses to serve a snapshot.
     let unlinked = Server::start_anywhere("u", Some(PASSWORD)).await;
     let e = backup::copy(&source(&unlinked), &store.location(SECRET_KEY), "b.rdb")
