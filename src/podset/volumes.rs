@@ -220,7 +220,7 @@ fn requested(spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec
         .requests
         .as_ref()?
         .get("storage")?;
-    crate::redis::replication::config::quantity_bytes(q)
+    crate::runtime::quantity::bytes(q)
 }
 
 /// Grows the owner's claims that request less than the template (a

@@ -1,7 +1,7 @@
 //! Plumbing every kind shares and none knows: the error type with its
 //! metric labels, the owner and the failures of its steps, per-object
-//! backoff, paced status writes, Events, conditions, Service helpers and
-//! the Service applier. The Pod engine is built on it; it uses nothing of
+//! backoff, paced status writes, Events, conditions, quantities, Service
+//! helpers and the Service applier. The Pod engine is built on it; it uses nothing of
 //! the Pod engine.
 
 pub mod backoff;
@@ -14,6 +14,7 @@ pub mod metadata_only;
 #[cfg(test)]
 pub mod mock_api;
 pub mod owner;
+pub mod quantity;
 pub mod service_applier;
 pub mod services;
 pub mod status;

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::api::redis_config::{refusal, value_problem};
 use crate::redis::replication::error::ConfigError;
 use crate::redis::replication::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
+use crate::runtime::quantity;
 
 /// The environment variable that carries the password into the container
 /// (from a `secretKeyRef`).
@@ -79,37 +80,10 @@ pub fn redis_bytes(value: &str) -> Option<u64> {
     n.checked_mul(mult)
 }
 
-/// A Kubernetes quantity in bytes (`512Mi`, `1G`, `1.5Gi`, `1e9`, `100000`).
-pub fn quantity_bytes(q: &Quantity) -> Option<u64> {
-    let s = q.0.trim();
-    let suffixes: &[(&str, f64)] = &[
-        ("Ki", 1024f64),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("Pi", 1024f64.powi(5)),
-        ("Ei", 1024f64.powi(6)),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-        ("m", 1e-3),
-    ];
-    let (number, mult) = suffixes
-        .iter()
-        .find_map(|(suf, mult)| s.strip_suffix(suf).map(|n| (n, *mult)))
-        .unwrap_or((s, 1.0));
-    let n: f64 = number.parse().ok()?;
-    let bytes = n * mult;
-    (bytes.is_finite() && bytes >= 0.0).then_some(bytes as u64)
-}
-
 /// `maxmemory` when the user did not set it: 75 % of the memory limit.
 pub fn default_maxmemory(memory_limit: Option<&Quantity>) -> Option<u64> {
     memory_limit
-        .and_then(quantity_bytes)
+        .and_then(quantity::bytes)
         .map(|b| b / 4 * 3)
         .filter(|b| *b > 0)
 }
@@ -336,13 +310,6 @@ mod tests {
         assert_eq!(redis_bytes("2GB"), Some(2 << 30));
         assert_eq!(redis_bytes("1x"), None);
         assert_eq!(redis_bytes(""), None);
-        let q = |s: &str| quantity_bytes(&Quantity(s.into()));
-        assert_eq!(q("512Mi"), Some(512 << 20));
-        assert_eq!(q("1G"), Some(1_000_000_000));
-        assert_eq!(q("1.5Gi"), Some(3 << 29));
-        assert_eq!(q("1e3"), Some(1000));
-        assert_eq!(q("100000"), Some(100000));
-        assert_eq!(q("lots"), None);
     }
 
     #[test]
