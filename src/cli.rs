@@ -47,8 +47,9 @@ pub enum Command {
     },
 }
 
+/// An object in an S3-compatible bucket (`restore`, `upload`).
 #[derive(Debug, Args, Clone)]
-pub struct RestoreArgs {
+pub struct ObjectArgs {
     /// The store's endpoint (`http(s)://host[:port]`).
     #[arg(long)]
     pub endpoint: String,
@@ -59,6 +60,12 @@ pub struct RestoreArgs {
     /// The object's key.
     #[arg(long)]
     pub key: String,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub object: ObjectArgs,
     /// The SHA-256 the object must have (lower-case hex).
     #[arg(long)]
     pub sha256: String,
@@ -82,16 +89,8 @@ pub struct RestoreArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct UploadArgs {
-    /// The store's endpoint (`http(s)://host[:port]`).
-    #[arg(long)]
-    pub endpoint: String,
-    #[arg(long)]
-    pub bucket: String,
-    #[arg(long, default_value = "us-east-1")]
-    pub region: String,
-    /// The object's key.
-    #[arg(long)]
-    pub key: String,
+    #[command(flatten)]
+    pub object: ObjectArgs,
     /// The RDB file.
     #[arg(long)]
     pub file: PathBuf,

@@ -147,30 +147,22 @@ pub async fn restore(
 /// container's termination message (what `kubectl describe pod` and the
 /// operator's `RestoreFailed` condition show).
 pub async fn run(args: &crate::cli::RestoreArgs) -> Result<(), String> {
-    let env = |name: &str| {
-        std::env::var(name).map_err(|_| format!("{name} is not set (the store's credentials)"))
-    };
+    let o = &args.object;
     let outcome = async {
-        let at = Location {
-            endpoint: args.endpoint.trim_end_matches('/').to_string(),
-            bucket: args.bucket.clone(),
-            region: args.region.clone(),
-            access_key_id: env("AWS_ACCESS_KEY_ID")?,
-            secret_access_key: env("AWS_SECRET_ACCESS_KEY")?,
-        };
+        let at = Location::from_env(&o.endpoint, &o.bucket, &o.region)?;
         let layout = Layout {
             dir: args.dir.clone(),
             dbfilename: args.dbfilename.clone(),
             aof: args.aof_dir.clone().zip(args.aof_file.clone()),
         };
-        restore(&at, &args.key, &args.sha256, &layout).await
+        restore(&at, &o.key, &args.sha256, &layout).await
     }
     .await;
     match outcome {
         Ok(Restored::Done(snap)) => {
             eprintln!(
                 "podkeeper: restored {} ({} bytes, SHA-256 {}, replication offset {}) into {}",
-                args.key,
+                o.key,
                 snap.size,
                 snap.sha256,
                 snap.repl_offset.map_or("-".into(), |o| o.to_string()),

@@ -20,6 +20,24 @@ pub struct Location {
     pub secret_access_key: String,
 }
 
+impl Location {
+    /// A store named on a command line (`podkeeper restore`, `upload`),
+    /// with the credentials from `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY` (a Pod's `secretKeyRef`s).
+    pub fn from_env(endpoint: &str, bucket: &str, region: &str) -> Result<Location, String> {
+        let env = |name: &str| {
+            std::env::var(name).map_err(|_| format!("{name} is not set (the store's credentials)"))
+        };
+        Ok(Location {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            bucket: bucket.into(),
+            region: region.into(),
+            access_key_id: env("AWS_ACCESS_KEY_ID")?,
+            secret_access_key: env("AWS_SECRET_ACCESS_KEY")?,
+        })
+    }
+}
+
 /// Parts of 16 MiB (S3's least is 5 MiB; at most 10,000 parts: 156 GiB).
 const PART: usize = 16 * 1024 * 1024;
 /// Parts in flight at once.

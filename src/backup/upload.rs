@@ -67,22 +67,14 @@ const STOPPED: &str = "the upload stopped";
 /// `podkeeper upload`, with the credentials from `AWS_ACCESS_KEY_ID` and
 /// `AWS_SECRET_ACCESS_KEY`; prints what `spec.restore.source` needs.
 pub async fn run(args: &crate::cli::UploadArgs) -> Result<(), String> {
-    let env = |name: &str| {
-        std::env::var(name).map_err(|_| format!("{name} is not set (the store's credentials)"))
-    };
-    let at = Location {
-        endpoint: args.endpoint.trim_end_matches('/').to_string(),
-        bucket: args.bucket.clone(),
-        region: args.region.clone(),
-        access_key_id: env("AWS_ACCESS_KEY_ID")?,
-        secret_access_key: env("AWS_SECRET_ACCESS_KEY")?,
-    };
-    let snap = upload_file(&at, &args.key, &args.file).await?;
+    let o = &args.object;
+    let at = Location::from_env(&o.endpoint, &o.bucket, &o.region)?;
+    let snap = upload_file(&at, &o.key, &args.file).await?;
     println!(
         "uploaded {} to {}/{}: {} bytes, sha256 {}",
         args.file.display(),
-        args.bucket,
-        args.key,
+        o.bucket,
+        o.key,
         snap.size,
         snap.sha256
     );

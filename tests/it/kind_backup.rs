@@ -8,14 +8,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use podkeeper::api::Redis;
 use podkeeper::api::backup::{RedisBackup, phase};
 use podkeeper::api::names::SCHEDULE_LABEL;
 use podkeeper_dev::bench::redis::session::InvariantWatch;
-use podkeeper_dev::bench::redis::{self as bench, writer};
+use podkeeper_dev::bench::redis::{self as bench, backup, writer};
 use podkeeper_dev::kind::object_store as store;
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, local_path_helper_image};
 use serde_json::json;
@@ -24,26 +24,6 @@ use crate::harness::{TestEnv, wait_for};
 use crate::kind_under_writes::{assert_nothing_lost, session};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The object store's keys, copied into the test's namespace as Secret
-/// `s3` (a RedisBackup reads its credentials in its own namespace).
-async fn store_credentials(env: &TestEnv) {
-    let from: Api<Secret> = Api::namespaced(env.client.clone(), store::NAMESPACE);
-    let secret = from
-        .get(store::SECRET)
-        .await
-        .expect("the object store's Secret (kind up --object-store)");
-    let copy = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("s3".into()),
-            ..Default::default()
-        },
-        data: secret.data,
-        ..Default::default()
-    };
-    let to: Api<Secret> = env.api();
-    to.create(&PostParams::default(), &copy).await.unwrap();
-}
 
 /// `sha256sum` and size of `key` in the bucket.
 async fn object_digest(env: &TestEnv, key: &str) -> (String, u64) {
@@ -121,7 +101,7 @@ async fn a_backup_under_writes_comes_from_a_replica_and_is_the_object_in_the_buc
     s.start_writer(&host, 6379, 1).await.unwrap();
     s.writes_accepted(500).await.unwrap();
     let watch = InvariantWatch::start(&s, name);
-    store_credentials(&env).await;
+    backup::copy_store_credentials(&s, "s3").await.unwrap();
 
     create_backup(&env, "first", name, "kind-tests").await;
     let done = finished(&env, "first", TIMEOUT).await;
@@ -159,7 +139,7 @@ async fn scheduled_backups_under_writes_are_taken_and_pruned_with_their_objects(
     s.start_writer(&host, 6379, 1).await.unwrap();
     s.writes_accepted(500).await.unwrap();
     let watch = InvariantWatch::start(&s, name);
-    store_credentials(&env).await;
+    backup::copy_store_credentials(&s, "s3").await.unwrap();
 
     let redises: Api<Redis> = env.api();
     redises
@@ -288,7 +268,7 @@ async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_mis
     let writes = s.stop_writer().await.unwrap();
     let acked = writer::acknowledged(&writes, 1);
     assert!(acked.len() >= 300);
-    store_credentials(&env).await;
+    backup::copy_store_credentials(&s, "s3").await.unwrap();
     let backup = completed_backup(&env, "snap", "source").await;
 
     // A backup that does not exist: no Pods, and the condition says why.
@@ -415,7 +395,7 @@ async fn backups_cut_by_a_deleted_member_a_restarted_store_or_a_failover_end_who
     s.start_writer(&host, 6379, 1).await.unwrap();
     s.writes_accepted(200).await.unwrap();
     let watch = InvariantWatch::start(&s, name);
-    store_credentials(&env).await;
+    backup::copy_store_credentials(&s, "s3").await.unwrap();
     let backups: Api<RedisBackup> = env.api();
     let pods: Api<Pod> = env.api();
     let store_pods: Api<Pod> = Api::namespaced(env.client.clone(), store::NAMESPACE);

@@ -68,9 +68,14 @@ const NAME: &str = "bk";
 /// This machine's CA bundle (`just image` puts the same file in the image).
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// Copies the object store's credentials into the bench namespace as
-/// Secret `s3`, and returns them (for the by-hand steps).
-async fn credentials(session: &Session) -> Result<(String, String), crate::Error> {
+/// Copies the kind cluster's object store credentials (`kind up
+/// --object-store`) into the session's namespace as Secret `name` (a
+/// `RedisBackup` reads its credentials in its own namespace), and returns
+/// them (for steps run by hand). One already there is kept.
+pub async fn copy_store_credentials(
+    session: &Session,
+    name: &str,
+) -> Result<(String, String), crate::Error> {
     let from: kube::Api<Secret> = kube::Api::namespaced(session.client.clone(), store::NAMESPACE);
     let secret = from.get(store::SECRET).await?;
     let data = secret.data.clone().unwrap_or_default();
@@ -85,7 +90,7 @@ async fn credentials(session: &Session) -> Result<(String, String), crate::Error
     );
     let copy = Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some("s3".into()),
+            name: Some(name.into()),
             ..Default::default()
         },
         data: secret.data,
@@ -159,7 +164,7 @@ pub async fn backups(
         load: (load_average(), String::new()),
         ..Default::default()
     };
-    let (id, secret) = credentials(session).await?;
+    let (id, secret) = copy_store_credentials(session, "s3").await?;
     // The binary and a trust store for its HTTP client (which does not
     // start without one; the operator's image carries the same file).
     for (from, to) in [
