@@ -484,6 +484,10 @@ impl Executor {
         pod: &Pod,
         u: &Update,
     ) -> Result<bool, Failure> {
+        if u.counted_unready && crate::podset::pods::pod_is_ready(pod) {
+            // Ready since the plan: the next round decides with it counted.
+            return Ok(false);
+        }
         let mut what: Vec<String> = inplace::image_changes(pod, template)
             .into_iter()
             .map(|c| format!("image {} -> {}", c.from, c.to))

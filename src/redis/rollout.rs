@@ -18,7 +18,7 @@
 //! Scaling to zero deletes the primary with the others.
 
 use crate::podset::ObservedPod;
-use crate::podset::plan::{DeleteReason, Desired, Plan, Update, victim};
+use crate::podset::plan::{DeleteReason, Desired, Plan, victim};
 use crate::podset::rank::sort_for_deletion;
 
 /// Keeps `primary` out of the engine's deletions. A scale-down takes the
@@ -99,12 +99,7 @@ pub fn spare_primary_in_place(
     sort_for_deletion(&mut candidates);
     match candidates.first() {
         Some(c) => {
-            plan.in_place[i] = Update {
-                name: c.name.clone(),
-                uid: c.uid.clone(),
-                change: crate::podset::plan::in_place_change(desired, c)
-                    .unwrap_or(crate::podset::inplace::Change::Images),
-            };
+            plan.in_place[i] = crate::podset::plan::update(desired, c);
             false
         }
         None => {
