@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, Pod, PodTemplateSpec, Secret, SecretKeySelector,
+    Container, EnvVar, EnvVarSource, Pod, PodTemplateSpec, SecretKeySelector,
 };
 use kube::{Api, Client, ResourceExt};
 
@@ -107,33 +107,11 @@ pub async fn resolve(redis: &Redis, client: &Client) -> Result<Resolved, (&'stat
         },
         (None, None) => return Err(("InvalidSpec", "spec.restore names nothing".into())),
     };
-    let c = &resolved.store.credentials;
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get_opt(&c.secret_name)
+    // The credentials as a backup's try reads them: the Secret and both
+    // keys must be there.
+    crate::backup::controller::location(client, &ns, &resolved.store)
         .await
-        .map_err(|e| {
-            (
-                "CredentialsUnreadable",
-                format!("reading Secret {}: {e}", c.secret_name),
-            )
-        })?
-        .ok_or_else(|| {
-            (
-                "CredentialsNotFound",
-                format!(
-                    "Secret {} (the store's credentials) not found",
-                    c.secret_name
-                ),
-            )
-        })?;
-    for key in [&c.access_key_id_key, &c.secret_access_key_key] {
-        if !secret.data.as_ref().is_some_and(|d| d.contains_key(key)) {
-            return Err((
-                "CredentialsNotFound",
-                format!("Secret {} has no key {key}", c.secret_name),
-            ));
-        }
-    }
+        .map_err(|why| ("CredentialsNotFound", why))?;
     Ok(resolved)
 }
 
