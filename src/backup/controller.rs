@@ -274,7 +274,8 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
     let task = {
         let (ctx, b) = (ctx.clone(), b.clone());
         tokio::spawn(async move {
-            let outcome = super::copy(&plan.source, &plan.location, &plan.key).await;
+            let wanted = still_wanted(&ctx.client, &b);
+            let outcome = super::copy(&plan.source, &plan.location, &plan.key, wanted).await;
             let mut status = status;
             match outcome {
                 Ok(snap) => {
@@ -286,9 +287,7 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                     status.repl_offset = snap.repl_offset;
                     status.redis_version = snap.redis_version.clone();
                     info!(backup = %b.name_any(), size = snap.size, "backup completed");
-                    if let Err(e) = patch_status(&ctx.client, &b, &status).await {
-                        warn!(backup = %b.name_any(), error = %e, "recording a completed backup failed");
-                    }
+                    record(&ctx.client, &b, &status).await;
                     ctx.recorder
                         .publish(
                             &b.object_ref(&()),
@@ -306,7 +305,9 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                         .await;
                 }
                 Err(why) => {
-                    let _ = fail_try(&ctx, &b, status, why).await;
+                    let last = failed(&mut status, &why);
+                    record(&ctx.client, &b, &status).await;
+                    publish_failure(&ctx, &b, &status, last, &why).await;
                 }
             }
         })
@@ -318,20 +319,61 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-/// A try that failed: `Pending` with a retry after [`backoff`], or
-/// `Failed` after [`MAX_ATTEMPTS`]; a Warning Event either way.
-async fn fail_try(
-    ctx: &BackupCtx,
-    b: &RedisBackup,
-    mut status: RedisBackupStatus,
-    why: String,
-) -> Result<Action, Error> {
+/// Whether backup `b` is still wanted as its try ends: not when it was
+/// deleted meanwhile (gone, or replaced by another of its name). When the
+/// API server cannot say, it is (a backup is not thrown away for a
+/// moment's outage).
+async fn still_wanted(client: &Client, b: &RedisBackup) -> bool {
+    let api: Api<RedisBackup> = Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
+    match api.get_opt(&b.name_any()).await {
+        Ok(Some(now)) => now.uid() == b.uid() && now.meta().deletion_timestamp.is_none(),
+        Ok(None) => false,
+        Err(e) => {
+            warn!(backup = %b.name_any(), error = %e, "cannot check the backup still exists; completing it");
+            true
+        }
+    }
+}
+
+/// Writes the status of a try that ended, again while the API server
+/// refuses it (a 5xx, a webhook down), until it is written or the backup
+/// is gone. Meanwhile the try counts as this process's running one, so it
+/// is neither taken for a try the operator stopped in nor made again.
+async fn record(client: &Client, b: &RedisBackup, status: &RedisBackupStatus) {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match patch_status(client, b, status).await {
+            Ok(()) => return,
+            Err(kube::Error::Api(e)) if e.code == 404 => return,
+            Err(e) => {
+                warn!(backup = %b.name_any(), error = %e, next_in = ?wait, "recording a try's outcome failed");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// The status after a failed try: `Pending` for a retry after
+/// [`backoff`], or `Failed` after [`MAX_ATTEMPTS`] (`true`).
+fn failed(status: &mut RedisBackupStatus, why: &str) -> bool {
     let last = status.attempts >= MAX_ATTEMPTS;
     status.phase = Some(if last { phase::FAILED } else { phase::PENDING }.into());
     status.completed_at = Some(now());
-    status.message = Some(why.clone());
+    status.message = Some(why.to_string());
+    last
+}
+
+/// The Warning of a failed try: `TryFailed` with the next try's time, or
+/// `Failed` after the last.
+async fn publish_failure(
+    ctx: &BackupCtx,
+    b: &RedisBackup,
+    status: &RedisBackupStatus,
+    last: bool,
+    why: &str,
+) {
     warn!(backup = %b.name_any(), attempt = status.attempts, %why, "backup try failed");
-    patch_status(&ctx.client, b, &status).await?;
     let (reason, note) = if last {
         (
             "Failed",
@@ -356,6 +398,19 @@ async fn fail_try(
             note,
         )
         .await;
+}
+
+/// A try that could not start: its status (a refused write is the
+/// reconcile's error, retried) and Warning.
+async fn fail_try(
+    ctx: &BackupCtx,
+    b: &RedisBackup,
+    mut status: RedisBackupStatus,
+    why: String,
+) -> Result<Action, Error> {
+    let last = failed(&mut status, &why);
+    patch_status(&ctx.client, b, &status).await?;
+    publish_failure(ctx, b, &status, last, &why).await;
     Ok(if last {
         Action::await_change()
     } else {

@@ -35,22 +35,35 @@ use take::Source;
 
 /// One try: the snapshot streamed from the member `source` into a
 /// multipart upload of `key` at `location`, completed only if the whole
-/// snapshot checked out. `Err` says which side failed.
-pub async fn copy(source: &Source, location: &Location, key: &str) -> Result<Snapshot, String> {
+/// snapshot checked out and, asked once it has, `still_wanted` says the
+/// backup is still wanted (its `RedisBackup` was not deleted meanwhile).
+/// `Err` says which side failed.
+pub async fn copy(
+    source: &Source,
+    location: &Location,
+    key: &str,
+    still_wanted: impl std::future::Future<Output = bool>,
+) -> Result<Snapshot, String> {
     let s3 = store::open(location).map_err(|e| format!("object store: {e}"))?;
     let (tx, rx) = mpsc::channel(8);
     let (verdict_tx, verdict_rx) = oneshot::channel();
     let upload = store::upload(&s3, key, rx, verdict_rx);
     let taking = async {
         let taken = take::take(source, tx).await;
-        let _ = verdict_tx.send(taken.is_ok());
-        taken
+        let wanted = taken.is_ok() && still_wanted.await;
+        let _ = verdict_tx.send(wanted);
+        (taken, wanted)
     };
-    let (uploaded, taken) = futures::join!(upload, taking);
+    let (uploaded, (taken, wanted)) = futures::join!(upload, taking);
     match (taken, uploaded) {
         (Ok(snapshot), Ok(_)) => Ok(snapshot),
+        (Ok(_), Err(_)) if !wanted => Err(format!(
+            "the backup was deleted during its try; the upload of {key} was aborted"
+        )),
         // The upload failed first and stopped the taking: its error says why.
-        (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => Err(format!("uploading {key}: {e}")),
+        (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => {
+            Err(format!("uploading {key}: {}", store::describe(&e)))
+        }
         (Err(e), _) => Err(format!("taking the snapshot from {}: {e}", source.addr)),
     }
 }

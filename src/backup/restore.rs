@@ -91,7 +91,11 @@ pub async fn restore(
         object_store::Error::NotFound { .. } => {
             format!("object {key} not found in bucket {}", at.bucket)
         }
-        e => format!("reading {key} from bucket {}: {e}", at.bucket),
+        e => format!(
+            "reading {key} from bucket {}: {}",
+            at.bucket,
+            store::describe(&e)
+        ),
     })?;
     let partial = layout.dir.join(PARTIAL);
     let mut file = tokio::fs::File::create(&partial)

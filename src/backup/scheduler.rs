@@ -201,7 +201,22 @@ async fn make(
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => {
+            // Refused (a quota, an admission policy, the API server down):
+            // said on the Redis, and tried again by the error policy while
+            // the occurrence is still the latest.
+            warn!(redis = %name, backup = %backup_name, error = %e, "making a scheduled backup failed");
+            ctx.recorder
+                .publish(
+                    &redis.object_ref(&()),
+                    EventType::Warning,
+                    "FailedCreateBackup",
+                    "Backup",
+                    format!("Making RedisBackup {backup_name} for the schedule's {at} failed: {e}"),
+                )
+                .await;
+            Err(e.into())
+        }
     }
 }
 
@@ -213,7 +228,9 @@ async fn prune_one(ctx: &ScheduleCtx, redis: &Redis, b: &RedisBackup) -> Result<
     let regarding = redis.object_ref(&());
     if let Some(key) = b.status.as_ref().and_then(|s| s.key.as_deref()) {
         let deleted = match location(&ctx.client, &ns, &b.spec.destination).await {
-            Ok(at) => store::delete(&at, key).await.map_err(|e| e.to_string()),
+            Ok(at) => store::delete(&at, key)
+                .await
+                .map_err(|e| store::describe(&e)),
             Err(why) => Err(why),
         };
         if let Err(why) = deleted {

@@ -86,18 +86,51 @@ pub async fn upload(
     }
     .await;
     if let Err(e) = written {
-        let _ = writer.abort().await;
+        abort(writer).await;
         return Err(e);
     }
     if verdict.await == Ok(true) {
         writer.finish().await?;
         Ok(sent)
     } else {
-        writer.abort().await?;
+        abort(writer).await;
         Err(object_store::Error::Generic {
             store: "S3",
             source: "the snapshot did not check out; upload aborted".into(),
         })
+    }
+}
+
+/// Aborts a multipart upload once its parts in flight have ended: a part
+/// cut off in the middle of its request can land in the store after the
+/// abort and be left there (versitygw keeps it).
+async fn abort(mut writer: WriteMultipart) {
+    let _ = writer.wait_for_capacity(0).await;
+    if let Err(e) = writer.abort().await {
+        tracing::warn!(error = %describe(&e), "aborting a multipart upload failed");
+    }
+}
+
+/// An error of the store in a line a person reads in `kubectl describe`:
+/// an S3 error's XML body (which can run to kilobytes: the string the
+/// store signed, in hex) is cut down to its `Code` and `Message`, first.
+pub fn describe(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let Some(at) = text.find("<?xml") else {
+        return text;
+    };
+    let body = &text[at..];
+    let field = |tag: &str| {
+        let open = format!("<{tag}>");
+        let start = body.find(&open)? + open.len();
+        let len = body[start..].find(&format!("</{tag}>"))?;
+        Some(body[start..start + len].trim().to_string())
+    };
+    let head = text[..at].trim_end_matches([' ', ':']);
+    match (field("Code"), field("Message")) {
+        (Some(code), Some(message)) => format!("{code}: {message} ({head})"),
+        (Some(code), None) => format!("{code} ({head})"),
+        _ => head.to_string(),
     }
 }
 
@@ -108,5 +141,39 @@ pub async fn delete(at: &Location, key: &str) -> Result<(), object_store::Error>
     match store.delete(&Path::from(key)).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: text.into(),
+        }
+    }
+
+    #[test]
+    fn store_errors_read_as_their_code_and_message_without_the_xml() {
+        let refused = generic(concat!(
+            "Error performing POST http://s3/b/a.rdb?uploads= - Server returned non-2xx status code: ",
+            "403 Forbidden: <?xml version=\"1.0\"?>\n<Error><Code>SignatureDoesNotMatch</Code>",
+            "<Message>The request signature we calculated does not match.</Message>",
+            "<StringToSignBytes>41 57 53</StringToSignBytes></Error>"
+        ));
+        let d = describe(&refused);
+        assert!(
+            d.starts_with("SignatureDoesNotMatch: The request signature we calculated does not match. (Generic S3 error: Error performing POST http://s3/b/a.rdb?uploads="),
+            "{d}"
+        );
+        assert!(d.ends_with("403 Forbidden)"), "{d}");
+        assert!(!d.contains("StringToSign"), "{d}");
+        // Without a body, the error as it is.
+        let nowhere = generic(
+            "Error performing POST http://s3/b/a.rdb?uploads= - HTTP error: error sending request",
+        );
+        assert_eq!(describe(&nowhere), nowhere.to_string());
     }
 }

@@ -56,9 +56,11 @@ pub async fn upload_file(
     match (checked, uploaded) {
         (Ok(snapshot), Ok(_)) => Ok(snapshot),
         // The upload failed first and stopped the reading: its error says why.
-        (Err(e), Err(up)) if e == STOPPED => Err(format!("uploading {key}: {up}")),
+        (Err(e), Err(up)) if e == STOPPED => {
+            Err(format!("uploading {key}: {}", store::describe(&up)))
+        }
         (Err(e), _) => Err(e),
-        (Ok(_), Err(up)) => Err(format!("uploading {key}: {up}")),
+        (Ok(_), Err(up)) => Err(format!("uploading {key}: {}", store::describe(&up))),
     }
 }
 

@@ -6,6 +6,7 @@
 //! whole snapshot and restores every key into a new server; a try that
 //! cannot complete leaves no object.
 
+use std::future::ready;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -179,9 +180,14 @@ async fn a_snapshot_from_a_replica_is_uploaded_whole_and_restores_every_key() {
     let (primary, replica) = pair(20_000).await;
     let store = ObjectStore::start().await;
     let key = "shop/cache/nightly.rdb";
-    let snap = backup::copy(&source(&replica), &store.location(SECRET_KEY), key)
-        .await
-        .expect("a backup");
+    let snap = backup::copy(
+        &source(&replica),
+        &store.location(SECRET_KEY),
+        key,
+        ready(true),
+    )
+    .await
+    .expect("a backup");
     let p = primary
         .node()
         .await
@@ -217,42 +223,73 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
     let store = ObjectStore::start().await;
 
     // Credentials the store refuses.
-    let e = backup::copy(&source(&replica), &store.location("wrong"), "a.rdb")
-        .await
-        .unwrap_err();
-    assert!(e.contains("uploading a.rdb"), "{e}");
+    let e = backup::copy(
+        &source(&replica),
+        &store.location("wrong"),
+        "a.rdb",
+        ready(true),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with("uploading a.rdb: SignatureDoesNotMatch: "),
+        "{e}"
+    );
 
     // A bucket that does not exist, and an endpoint nothing listens on.
     let missing = Location {
         bucket: "no-such-bucket".into(),
         ..store.location(SECRET_KEY)
     };
-    let e = backup::copy(&source(&replica), &missing, "m.rdb")
+    let e = backup::copy(&source(&replica), &missing, "m.rdb", ready(true))
         .await
         .unwrap_err();
-    assert!(e.contains("uploading m.rdb"), "{e}");
+    assert!(e.starts_with("uploading m.rdb: NoSuchBucket: "), "{e}");
     let nowhere = Location {
         endpoint: format!("http://{LOOPBACK}:{}", free_port()),
         ..store.location(SECRET_KEY)
     };
-    let e = backup::copy(&source(&replica), &nowhere, "n.rdb")
+    let e = backup::copy(&source(&replica), &nowhere, "n.rdb", ready(true))
         .await
         .unwrap_err();
     assert!(e.contains("uploading n.rdb"), "{e}");
+    assert!(e.contains("error sending request"), "{e}");
+
+    // A snapshot taken whole whose backup is no longer wanted (its
+    // RedisBackup deleted during the try): the upload is aborted.
+    let e = backup::copy(
+        &source(&replica),
+        &store.location(SECRET_KEY),
+        "gone.rdb",
+        ready(false),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("deleted during its try"), "{e}");
 
     // A replica not linked to a primary refuses to serve a snapshot.
     let unlinked = Server::start_anywhere("u", Some(PASSWORD)).await;
-    let e = backup::copy(&source(&unlinked), &store.location(SECRET_KEY), "b.rdb")
-        .await
-        .unwrap_err();
+    let e = backup::copy(
+        &source(&unlinked),
+        &store.location(SECRET_KEY),
+        "b.rdb",
+        ready(true),
+    )
+    .await
+    .unwrap_err();
     assert!(e.contains("NOMASTERLINK"), "{e}");
 
     // A member whose connection ends in the middle of its snapshot, after
     // a part of it reached the store: the member here serves the first
     // 20 MB of a real snapshot and closes once the store holds a part.
-    let whole = backup::copy(&source(&replica), &store.location(SECRET_KEY), "whole.rdb")
-        .await
-        .expect("a backup");
+    let whole = backup::copy(
+        &source(&replica),
+        &store.location(SECRET_KEY),
+        "whole.rdb",
+        ready(true),
+    )
+    .await
+    .expect("a backup");
     assert!(whole.size > 25_000_000, "{} bytes", whole.size);
     let whole_file = store.dir.path().join("data").join(BUCKET).join("whole.rdb");
     let rdb = std::fs::read(&whole_file).unwrap();
@@ -287,7 +324,7 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
         addr: addr.to_string(),
         ..source(&replica)
     };
-    let e = backup::copy(&cut, &store.location(SECRET_KEY), "cut.rdb")
+    let e = backup::copy(&cut, &store.location(SECRET_KEY), "cut.rdb", ready(true))
         .await
         .unwrap_err();
     member.await.unwrap();
@@ -347,7 +384,7 @@ async fn a_backup_restores_every_key_with_and_without_aof_and_only_when_it_check
     let store = ObjectStore::start().await;
     let at = store.location(SECRET_KEY);
     let key = "shop/cache/restore-me.rdb";
-    let snap = backup::copy(&source(&replica), &at, key)
+    let snap = backup::copy(&source(&replica), &at, key, ready(true))
         .await
         .expect("a backup");
     let layout = |dir: &Path, aof: bool| Layout {
@@ -407,7 +444,7 @@ async fn an_rdb_file_uploaded_by_hand_goes_in_only_whole_and_restores() {
     let (_primary, replica) = pair(2_000).await;
     let store = ObjectStore::start().await;
     let at = store.location(SECRET_KEY);
-    let snap = backup::copy(&source(&replica), &at, "taken.rdb")
+    let snap = backup::copy(&source(&replica), &at, "taken.rdb", ready(true))
         .await
         .expect("a backup");
     // An RDB file made elsewhere: the object just taken, as a file.
