@@ -304,6 +304,18 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                         )
                         .await;
                 }
+                Err(why) if why.starts_with(super::ABANDONED) => {
+                    info!(backup = %b.name_any(), %why, "backup abandoned");
+                    ctx.recorder
+                        .publish(
+                            &b.object_ref(&()),
+                            EventType::Normal,
+                            "Abandoned",
+                            "Backup",
+                            format!("{why}, from {}", plan.member),
+                        )
+                        .await;
+                }
                 Err(why) => {
                     let last = failed(&mut status, &why);
                     record(&ctx.client, &b, &status).await;

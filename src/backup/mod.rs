@@ -33,6 +33,9 @@ use rdb::Snapshot;
 use store::Location;
 use take::Source;
 
+/// How [`copy`]'s error begins when the backup was deleted during the try.
+pub const ABANDONED: &str = "the backup was deleted during its try";
+
 /// One try: the snapshot streamed from the member `source` into a
 /// multipart upload of `key` at `location`, completed only if the whole
 /// snapshot checked out and, asked once it has, `still_wanted` says the
@@ -57,9 +60,7 @@ pub async fn copy(
     let (uploaded, (taken, wanted)) = futures::join!(upload, taking);
     match (taken, uploaded) {
         (Ok(snapshot), Ok(_)) => Ok(snapshot),
-        (Ok(_), Err(_)) if !wanted => Err(format!(
-            "the backup was deleted during its try; the upload of {key} was aborted"
-        )),
+        (Ok(_), Err(_)) if !wanted => Err(format!("{ABANDONED}; the upload of {key} was aborted")),
         // The upload failed first and stopped the taking: its error says why.
         (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => {
             Err(format!("uploading {key}: {}", store::describe(&e)))

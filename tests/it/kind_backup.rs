@@ -8,12 +8,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use podkeeper::api::Redis;
 use podkeeper::api::backup::{RedisBackup, phase};
 use podkeeper::api::names::SCHEDULE_LABEL;
+use podkeeper::backup::controller::MAX_ATTEMPTS;
 use podkeeper_dev::bench::redis::session::InvariantWatch;
 use podkeeper_dev::bench::redis::{self as bench, backup, writer};
 use podkeeper_dev::kind::object_store as store;
@@ -22,12 +23,18 @@ use serde_json::json;
 
 use crate::harness::{TestEnv, wait_for};
 use crate::kind_under_writes::{assert_nothing_lost, session};
+use crate::transients::DownWebhook;
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `sha256sum` and size of `key` in the bucket.
 async fn object_digest(env: &TestEnv, key: &str) -> (String, u64) {
-    let path = format!("/data/{}/{key}", store::BUCKET);
+    object_digest_in(env, store::BUCKET, key).await
+}
+
+/// `sha256sum` and size of `key` in `bucket`.
+async fn object_digest_in(env: &TestEnv, bucket: &str, key: &str) -> (String, u64) {
+    let path = format!("/data/{bucket}/{key}");
     let log = in_store(env, &format!("sha256sum {path} && stat -c %s {path}")).await;
     let mut lines = log.lines();
     let sha = lines
@@ -58,6 +65,11 @@ async fn objects_under(env: &TestEnv, dir: &str) -> BTreeSet<String> {
 /// The output of `script`, run by a Pod that mounts the store's claim
 /// read-only (on its node: the claim's volume is local).
 async fn in_store(env: &TestEnv, script: &str) -> String {
+    in_store_mounted(env, script, true).await
+}
+
+/// The same, with the claim writable unless `read_only`.
+async fn in_store_mounted(env: &TestEnv, script: &str, read_only: bool) -> String {
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), store::NAMESPACE);
     let name = format!("check-{}-{}", env.namespace, rand::random::<u16>());
     let pod: Pod = serde_json::from_value(json!({
@@ -70,9 +82,9 @@ async fn in_store(env: &TestEnv, script: &str) -> String {
                 "name": "check", "image": local_path_helper_image(),
                 "imagePullPolicy": "Never",
                 "command": ["sh", "-c", script],
-                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}]
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": read_only}]
             }],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": store::CLAIM, "readOnly": true}}]
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": store::CLAIM, "readOnly": read_only}}]
         }
     }))
     .unwrap();
@@ -218,13 +230,24 @@ async fn completed_backup(env: &TestEnv, name: &str, redis: &str) -> RedisBackup
 /// Creates RedisBackup `name` of `redis` into the cluster's object store,
 /// under `prefix`.
 async fn create_backup(env: &TestEnv, name: &str, redis: &str, prefix: &str) {
+    create_backup_to(env, name, redis, destination(prefix)).await;
+}
+
+/// The cluster's object store, under `prefix`, with the credentials of
+/// Secret `s3`.
+fn destination(prefix: &str) -> serde_json::Value {
+    json!({
+        "endpoint": store::endpoint(), "bucket": store::BUCKET,
+        "prefix": prefix, "credentials": {"secretName": "s3"}
+    })
+}
+
+/// Creates RedisBackup `name` of `redis` to `destination`.
+async fn create_backup_to(env: &TestEnv, name: &str, redis: &str, destination: serde_json::Value) {
     let backup: RedisBackup = serde_json::from_value(json!({
         "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
         "metadata": {"name": name},
-        "spec": {"redis": redis, "destination": {
-            "endpoint": store::endpoint(), "bucket": store::BUCKET,
-            "prefix": prefix, "credentials": {"secretName": "s3"}
-        }}
+        "spec": {"redis": redis, "destination": destination}
     }))
     .unwrap();
     let backups: Api<RedisBackup> = env.api();
@@ -451,6 +474,204 @@ async fn backups_cut_by_a_deleted_member_a_restarted_store_or_a_failover_end_who
     let objects = objects_under(&env, &format!("kind-cut/{}/{name}", env.namespace)).await;
     assert_eq!(objects.len(), 3, "{objects:?}");
     crate::redis::events_with_reasons(&env, &["TryFailed", "Completed"]).await;
+
+    s.writes_accepted(20).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}
+
+/// Backup `name` once a try of it failed and it waits for the next,
+/// its message naming `cause`.
+async fn retrying(env: &TestEnv, name: &str, cause: &str) -> RedisBackup {
+    let backups: Api<RedisBackup> = env.api();
+    wait_for(
+        &format!("backup {name}'s try to fail with {cause}"),
+        TIMEOUT,
+        || async {
+            let b = backups.get(name).await.ok()?;
+            let st = b.status.as_ref()?;
+            let waiting = st.attempts >= 1 && b.phase() == phase::PENDING;
+            (waiting && st.message.as_deref()?.contains(cause)).then_some(b)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn backups_that_cannot_reach_their_store_say_why_and_complete_once_it_is_fixed_or_fail_after_five_tries()
+ {
+    let env = TestEnv::new("kind-backup-retry").await;
+    let s = session(&env).await;
+    let name = "cache";
+    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
+    s.settled(name, 2, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    let (access_key, secret_key) = backup::copy_store_credentials(&s, "s3").await.unwrap();
+
+    // Wrong credentials: the store's key id with a wrong secret.
+    let secrets: Api<Secret> = env.api();
+    let wrong: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3-wrong"},
+        "stringData": {store::ACCESS_KEY_ID: access_key, store::SECRET_ACCESS_KEY: "not-the-secret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &wrong)
+        .await
+        .unwrap();
+    let mut with_wrong = destination("kind-retry");
+    with_wrong["credentials"]["secretName"] = json!("s3-wrong");
+    create_backup_to(&env, "wrong-credentials", name, with_wrong).await;
+    // A bucket that is made only later.
+    let later = format!("later-{}", env.namespace);
+    let mut to_later = destination("kind-retry");
+    to_later["bucket"] = json!(later);
+    create_backup_to(&env, "no-bucket", name, to_later).await;
+    // An endpoint nothing listens on, for good.
+    let mut to_nowhere = destination("kind-retry");
+    to_nowhere["endpoint"] = json!("http://127.0.0.1:9");
+    create_backup_to(&env, "nowhere", name, to_nowhere).await;
+
+    // Each try fails, the status says why, and the backup waits its turn.
+    retrying(&env, "wrong-credentials", "SignatureDoesNotMatch").await;
+    retrying(&env, "no-bucket", "NoSuchBucket").await;
+    retrying(&env, "nowhere", "error sending request").await;
+
+    // The causes go: the right secret, the bucket made (versitygw keeps a
+    // bucket as a directory). The next tries complete.
+    secrets
+        .patch(
+            "s3-wrong",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {store::SECRET_ACCESS_KEY: secret_key}})),
+        )
+        .await
+        .unwrap();
+    in_store_mounted(&env, &format!("mkdir /data/{later}"), false).await;
+    for (backup_name, bucket) in [("wrong-credentials", store::BUCKET), ("no-bucket", &later)] {
+        let done = finished(&env, backup_name, TIMEOUT).await;
+        let st = done.status.clone().unwrap();
+        assert_eq!(done.phase(), phase::COMPLETED, "{backup_name}: {st:?}");
+        assert!(
+            (2..MAX_ATTEMPTS).contains(&st.attempts),
+            "{backup_name}: failed first, then completed: {st:?}"
+        );
+        let (sha, size) = object_digest_in(&env, bucket, st.key.as_ref().unwrap()).await;
+        assert_eq!(Some(sha), st.sha256, "{backup_name}");
+        assert_eq!(Some(size as i64), st.size, "{backup_name}");
+    }
+    // The one whose cause stays: Failed after its five tries, saying why.
+    let failed = finished(&env, "nowhere", TIMEOUT).await;
+    let st = failed.status.clone().unwrap();
+    assert_eq!(failed.phase(), phase::FAILED, "{st:?}");
+    assert_eq!(st.attempts, MAX_ATTEMPTS, "{st:?}");
+    assert!(
+        st.message
+            .as_deref()
+            .is_some_and(|m| m.contains("127.0.0.1:9") && m.contains("error sending request")),
+        "{st:?}"
+    );
+    crate::redis::events_with_reasons(&env, &["TryFailed", "Failed", "Completed"]).await;
+    // Only the completed backup's object under the prefix in the bucket.
+    let objects = objects_under(&env, &format!("kind-retry/{}/{name}", env.namespace)).await;
+    assert_eq!(objects.len(), 1, "{objects:?}");
+
+    s.writes_accepted(20).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}
+
+#[tokio::test]
+async fn a_backup_whose_status_writes_are_refused_is_taken_once_and_one_deleted_mid_try_leaves_no_object()
+ {
+    let env = TestEnv::new("kind-backup-refused").await;
+    let s = session(&env).await;
+    let name = "cache";
+    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
+    let (r, _) = s.settled(name, 2, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    backup::copy_store_credentials(&s, "s3").await.unwrap();
+    // The replica waits 20 s before it sends a snapshot (its diskless
+    // delay): each try below is surely running while the test acts.
+    let replica = r
+        .status
+        .as_ref()
+        .unwrap()
+        .members
+        .iter()
+        .find(|m| m.role == "replica")
+        .unwrap()
+        .pod
+        .clone();
+    s.redis_cli(&replica, 6379, "config set repl-diskless-sync-delay 20")
+        .unwrap();
+    let backups: Api<RedisBackup> = env.api();
+    let running = |backup_name: &'static str| {
+        let backups = backups.clone();
+        async move {
+            wait_for(&format!("{backup_name}'s try to run"), TIMEOUT, || async {
+                let b = backups.get(backup_name).await.ok()?;
+                (b.phase() == phase::RUNNING).then_some(b)
+            })
+            .await
+        }
+    };
+
+    // Status writes answered 500 (a webhook that is down) from the try's
+    // start until after its object is complete.
+    create_backup(&env, "refused", name, "kind-refused").await;
+    let b = running("refused").await;
+    let key = b.status.as_ref().unwrap().key.clone().unwrap();
+    let hook = DownWebhook::on_group(&env, "podkeeper.dev", "redisbackups/status", "UPDATE").await;
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    wait_for(
+        "RedisBackup status writes answered 500",
+        TIMEOUT,
+        || async {
+            let r = backups
+                .patch_status("refused", &dry, &Patch::Merge(json!({"status": {}})))
+                .await;
+            matches!(r, Err(kube::Error::Api(e)) if e.code == 500).then_some(())
+        },
+    )
+    .await;
+    let dir = key.rsplit_once('/').unwrap().0.to_string();
+    wait_for("the object in the bucket", TIMEOUT, || async {
+        objects_under(&env, &dir).await.contains(&key).then_some(())
+    })
+    .await;
+    let still = backups.get("refused").await.unwrap();
+    let st = still.status.clone().unwrap();
+    assert_eq!(still.phase(), phase::RUNNING, "not recorded yet: {st:?}");
+    hook.remove().await;
+    let done = finished(&env, "refused", TIMEOUT).await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(done.phase(), phase::COMPLETED, "{st:?}");
+    assert_eq!(st.attempts, 1, "recorded, not taken again: {st:?}");
+    let (sha, size) = object_digest(&env, &key).await;
+    assert_eq!(Some(sha), st.sha256);
+    assert_eq!(Some(size as i64), st.size);
+
+    // A backup deleted during its try: its upload is aborted.
+    create_backup(&env, "deleted", name, "kind-deleted").await;
+    let b = running("deleted").await;
+    let key = b.status.as_ref().unwrap().key.clone().unwrap();
+    backups
+        .delete("deleted", &Default::default())
+        .await
+        .unwrap();
+    crate::redis::events_with_reasons(&env, &["Abandoned"]).await;
+    let left = objects_under(&env, &format!("kind-deleted/{}", env.namespace)).await;
+    assert!(left.is_empty(), "no object for {key}: {left:?}");
 
     s.writes_accepted(20).await.unwrap();
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
