@@ -16,7 +16,8 @@ use podkeeper::api::backup::RedisBackup;
 use podkeeper::api::names::{SCHEDULE_LABEL, SCHEDULED_AT_ANNOTATION};
 use serde_json::json;
 
-use crate::harness::{Operator, TestEnv, image, wait_for};
+use crate::harness::{Operator, PodCheck, TestEnv, image, wait_for};
+use crate::transients::{Policy, creates_refused, replica_failure};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -372,5 +373,135 @@ async fn a_restore_starts_no_member_without_its_backup_and_every_member_with_the
         e.to_string()
             .contains("spec.restore is set when a Redis is created"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_backup_refused_at_admission_is_a_warning_and_is_made_once_it_is_not() {
+    let env = TestEnv::new("backup-refused").await;
+    let _op = env.start_operator();
+    // No RedisBackup may be made in the namespace (a policy of the
+    // cluster's, as a quota or an admission webhook would).
+    let policy = Policy::refuse_in_group(
+        &env,
+        "podkeeper.dev",
+        "redisbackups",
+        &["CREATE"],
+        "false",
+        "no backups in this namespace",
+    )
+    .await;
+    let backups: Api<RedisBackup> = env.api();
+    let probe: RedisBackup = serde_json::from_value(json!({
+        "apiVersion": "podkeeper.dev/v1", "kind": "RedisBackup",
+        "metadata": {"name": "probe"},
+        "spec": {"redis": "cache", "destination": {
+            "endpoint": "http://127.0.0.1:9", "bucket": "backups", "credentials": {"secretName": "s3"}
+        }}
+    }))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for("RedisBackup creates refused", TIMEOUT, || async {
+        let r = backups.create(&dry, &probe).await;
+        matches!(r, Err(kube::Error::Api(e)) if e.message.contains("no backups")).then_some(())
+    })
+    .await;
+    let api: Api<Redis> = env.api();
+    api.create(
+        &PostParams::default(),
+        &scheduled("cache", "*/2 * * * * *", json!({"keepLast": 2})),
+    )
+    .await
+    .unwrap();
+    let note = wait_for("a FailedCreateBackup Warning", TIMEOUT, || async {
+        crate::redis::events(&env).await.into_iter().find_map(|e| {
+            let on_cache = e.regarding.as_ref()?.name.as_deref() == Some("cache");
+            (on_cache && e.reason.as_deref() == Some("FailedCreateBackup")).then_some(e.note?)
+        })
+    })
+    .await;
+    assert!(note.contains("no backups in this namespace"), "{note}");
+    assert!(made(&env, "cache").await.is_empty());
+
+    // Lifted: the schedule's latest occurrence is made.
+    policy.remove().await;
+    let b = wait_for(
+        "a scheduled backup once the policy is gone",
+        TIMEOUT,
+        || async { made(&env, "cache").await.into_iter().next() },
+    )
+    .await;
+    assert!(
+        b.metadata
+            .annotations
+            .unwrap()
+            .contains_key(SCHEDULED_AT_ANNOTATION)
+    );
+    assert!(reasons(&env, "cache").await.contains("BackupScheduled"));
+}
+
+#[tokio::test]
+async fn a_restore_whose_pod_creates_are_refused_says_so_and_starts_every_member_with_its_restore_step_once_they_are_not()
+ {
+    let env = TestEnv::new("restore-refused").await;
+    let _op = Operator::start(&env.namespace, &["--restore-image", "podkeeper:local-test"]);
+    let secrets: Api<Secret> = env.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let policy =
+        Policy::refuse_unless(&env, "CREATE", "false", "test policy refuses Pod CREATE").await;
+    creates_refused(&env, true).await;
+    // At every event of its Pods: each has the restore step.
+    let check = PodCheck::start(&env, "app.kubernetes.io/instance=copy", |p| {
+        let init = p.spec.as_ref()?.init_containers.as_ref();
+        (!init.is_some_and(|i| i.iter().any(|c| c.name == "restore")))
+            .then(|| "a member without the restore step".into())
+    });
+    let store = json!({"endpoint": "http://127.0.0.1:9", "bucket": "backups", "credentials": {"secretName": "s3"}});
+    let api: Api<Redis> = env.api();
+    api.create(
+        &PostParams::default(),
+        &restored(
+            "copy",
+            json!({"source": {"store": store, "key": "a.rdb", "sha256": "ab".repeat(32)}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let r = wait_for("ReplicaFailure FailedCreate", TIMEOUT, || async {
+        let r = api.get("copy").await.ok()?;
+        (replica_failure(&r) == Some(("True".into(), "FailedCreate".into()))).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        restored_condition(&r).map(|(s, why, _)| (s, why)),
+        Some(("False".into(), "Restoring".into())),
+        "still restoring, not restored"
+    );
+    assert!(members(&env, "copy").await.is_empty());
+
+    policy.remove().await;
+    creates_refused(&env, false).await;
+    wait_for("two members of copy", TIMEOUT, || async {
+        (members(&env, "copy").await.len() == 2).then_some(())
+    })
+    .await;
+    assert!(check.end() >= 2);
+    let r = api.get("copy").await.unwrap();
+    assert_ne!(
+        restored_condition(&r).map(|(s, _, _)| s).as_deref(),
+        Some("True"),
+        "no member restored here (kwok): {:?}",
+        r.status
     );
 }

@@ -1062,6 +1062,62 @@ pub async fn follow_owned_pods(
     }
 }
 
+/// Checks every version of the namespace's Pods matching a label
+/// `selector` as the API server sends it, from now until [`PodCheck::end`]:
+/// an invariant held at every event, not only once things settle.
+pub struct PodCheck {
+    task: tokio::task::JoinHandle<()>,
+    /// (Pod versions seen, what `check` found wrong).
+    found: std::sync::Arc<Mutex<(usize, Vec<String>)>>,
+}
+
+impl PodCheck {
+    /// `check` says what is wrong with a Pod version, if anything.
+    pub fn start(
+        env: &TestEnv,
+        selector: &str,
+        check: impl Fn(&Pod) -> Option<String> + Send + 'static,
+    ) -> PodCheck {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let pods: Api<Pod> = env.api();
+        let found = std::sync::Arc::new(Mutex::new((0, Vec::new())));
+        let config = watcher::Config::default().labels(selector);
+        let task = {
+            let found = found.clone();
+            tokio::spawn(async move {
+                let mut events =
+                    std::pin::pin!(watcher(pods, config).default_backoff().applied_objects());
+                while let Some(event) = events.next().await {
+                    let Ok(pod) = event else { continue };
+                    let wrong = check(&pod);
+                    let mut found = found.lock().unwrap();
+                    found.0 += 1;
+                    if let Some(w) = wrong {
+                        found
+                            .1
+                            .push(format!("{}: {w}", pod.metadata.name.unwrap_or_default()));
+                    }
+                }
+            })
+        };
+        PodCheck { task, found }
+    }
+
+    /// Stops watching; panics with what was wrong, if anything, and
+    /// returns how many Pod versions were checked.
+    pub fn end(self) -> usize {
+        self.task.abort();
+        let (seen, wrong) = self.found.lock().unwrap().clone();
+        assert!(
+            wrong.is_empty(),
+            "at {} of {seen} Pod versions: {wrong:#?}",
+            wrong.len()
+        );
+        seen
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
 use podkeeper::api::backup::{RedisBackup, phase};
-use podkeeper::api::names::SCHEDULE_LABEL;
+use podkeeper::api::names::{ROLE_LABEL, SCHEDULE_LABEL};
 use podkeeper::backup::controller::MAX_ATTEMPTS;
 use podkeeper_dev::bench::redis::session::InvariantWatch;
 use podkeeper_dev::bench::redis::{self as bench, backup, writer};
@@ -21,7 +21,7 @@ use podkeeper_dev::kind::object_store as store;
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, local_path_helper_image};
 use serde_json::json;
 
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{PodCheck, TestEnv, wait_for};
 use crate::kind_under_writes::{assert_nothing_lost, session};
 use crate::transients::DownWebhook;
 
@@ -315,6 +315,30 @@ async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_mis
     assert!(of_nothing.items.is_empty(), "no member without its data");
 
     // From the backup, with storage (the backup becomes the AOF's base).
+    // At every event of its Pods: each has the restore step, and none is
+    // labelled primary (sent clients) before that step ended well.
+    let restored_first = PodCheck::start(&env, "app.kubernetes.io/instance=copy", |p| {
+        let spec = p.spec.as_ref()?;
+        let step = |name: &str| name == "restore";
+        if !spec.init_containers.iter().flatten().any(|c| step(&c.name)) {
+            return Some("a member without the restore step".into());
+        }
+        let primary = p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary");
+        let restored = p
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .is_some_and(|all| {
+                all.iter().any(|c| {
+                    step(&c.name)
+                        && c.state
+                            .as_ref()
+                            .and_then(|s| s.terminated.as_ref())
+                            .is_some_and(|t| t.exit_code == 0)
+                })
+            });
+        (primary && !restored).then(|| "primary before its restore step ended well".into())
+    });
     s.create_redis_spec(
         "copy",
         json!({
@@ -344,6 +368,10 @@ async fn a_redis_restored_from_a_backup_holds_every_acknowledged_write_and_a_mis
             "every first member loaded the backup"
         );
     }
+    assert!(
+        restored_first.end() >= 4,
+        "the members' events were watched"
+    );
     let copy_host = s.cluster_ip("copy").await.unwrap();
     let lost = s.lost_keyed("w", &copy_host, 6379, &acked).unwrap();
     assert!(

@@ -122,6 +122,18 @@ impl Policy {
         expression: &str,
         message: &str,
     ) -> Policy {
+        Policy::refuse_in_group(env, "", resource, operations, expression, message).await
+    }
+
+    /// The same for `resource` of API group `group`, version v1.
+    pub(crate) async fn refuse_in_group(
+        env: &TestEnv,
+        group: &str,
+        resource: &str,
+        operations: &[&str],
+        expression: &str,
+        message: &str,
+    ) -> Policy {
         let name = format!(
             "refuse-{resource}-{}-{}",
             operations.join("-").to_lowercase(),
@@ -134,7 +146,7 @@ impl Policy {
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "apiGroups": [group], "apiVersions": ["v1"],
                     "operations": operations, "resources": [resource]
                 }]},
                 "validations": [{"expression": expression, "message": message}]
@@ -335,7 +347,7 @@ async fn status_writes_refused(env: &TestEnv, name: &str, refused: bool) {
 
 /// Waits until a dry-run Pod create in the namespace is refused (`true`)
 /// or allowed (`false`).
-async fn creates_refused(env: &TestEnv, refused: bool) {
+pub(crate) async fn creates_refused(env: &TestEnv, refused: bool) {
     let pods: Api<Pod> = env.api();
     let dry = PostParams {
         dry_run: true,
