@@ -2,7 +2,7 @@
 //! podkeeper against doing the same by hand in the same run, and the
 //! primary's write latency while a backup is taken.
 //!
-//! A Redis of 2 members holds `--backup-keys` keys of 1 KiB (1,000,000 is
+//! A Redis of `--backup-members` members (2 by default) holds `--backup-keys` keys of 1 KiB (1,000,000 is
 //! about 1 GiB) and a client Pod writes through its Service the whole time
 //! (see [`super::writer`]). Each run, in order:
 //!
@@ -39,13 +39,14 @@ use crate::bench::measure::percentiles;
 use crate::kind::object_store as store;
 use crate::kind::versions::REDIS_IMAGE;
 
-const METHOD: &str = "A Redis of 2 members (no spec.storage, no limits) holds N keys of 1 KiB (SHA-1 hex values the RDB's LZF cannot shrink), loaded by Lua scripts; the client Pod writes through its Service the whole time (SET and WAIT 1 per connection, see above). Each run: (1) podkeeper's backup: a RedisBackup created until the bench sees it Completed (polled every 200 ms), taken from the replica into the kind cluster's object store (versitygw on a local-path volume); (2) a quiet window as long as that backup; (3) by hand, in the client Pod: redis-cli --rdb from the same replica to a file, then podkeeper upload of the file (the same S3 client, part size and checks as the operator's); (4) podkeeper's restore: a Redis of 1 member with spec.restore.backup, created until Ready (its init container downloaded and checked the object, redis-server loaded it, the member was made primary); (5) by hand, in the client Pod: podkeeper restore (the same download and checks) into a directory, then redis-server started on it until PING answers PONG. Times are the bench's clock around each step (steps in the client Pod: date +%s.%N inside it). Write latency: end minus start of each accepted write (one redis-cli connection: SET, WAIT 1, INFO) that started in the window; p99 nearest-rank per window.";
+const METHOD: &str = "A Redis of M members (no spec.storage, no limits) holds N keys of 1 KiB (SHA-1 hex values the RDB's LZF cannot shrink), loaded by Lua scripts; the client Pod writes through its Service the whole time (SET and WAIT 1 per connection, see above). Each run: (1) podkeeper's backup: a RedisBackup created until the bench sees it Completed (polled every 200 ms), taken from the replica into the kind cluster's object store (versitygw on a local-path volume); (2) a quiet window as long as that backup; (3) by hand, in the client Pod: redis-cli --rdb from the same replica to a file, then podkeeper upload of the file (the same S3 client, part size and checks as the operator's); (4) podkeeper's restore: a Redis of 1 member with spec.restore.backup, created until Ready (its init container downloaded and checked the object, redis-server loaded it, the member was made primary); (5) by hand, in the client Pod: podkeeper restore (the same download and checks) into a directory, then redis-server started on it until PING answers PONG. Times are the bench's clock around each step (steps in the client Pod: date +%s.%N inside it). Write latency: end minus start of each accepted write (one redis-cli connection: SET, WAIT 1, INFO) that started in the window (podkeeper's backup, the quiet window, the backup by hand); p99 nearest-rank per window.";
 
 #[derive(Debug, Default, Serialize)]
 pub struct Backups {
     pub method: String,
     pub runs: usize,
     pub dataset_keys: u64,
+    pub members: i32,
     /// Bytes of the RDB file (the backups' size).
     pub rdb_bytes: i64,
     pub backup_s: Vec<f64>,
@@ -60,6 +61,8 @@ pub struct Backups {
     /// and in the quiet window after it.
     pub write_p99_ms_during: Vec<f64>,
     pub write_p99_ms_quiet: Vec<f64>,
+    /// The same during each backup by hand.
+    pub write_p99_ms_by_hand: Vec<f64>,
     pub failures: Vec<String>,
     pub load: (String, String),
 }
@@ -105,17 +108,15 @@ pub async fn copy_store_credentials(
     Ok(pair)
 }
 
-/// The replica's Pod IP.
-async fn replica_ip(session: &Session) -> Result<String, crate::Error> {
-    let r = session.api::<Redis>().get(NAME).await?;
-    let primary = super::primary(&r)?;
-    let pods = super::session::member_pods(&session.api::<Pod>(), NAME)
-        .await
-        .ok_or_else(|| other("no members"))?;
-    pods.into_iter()
-        .find(|p| p.metadata.name.as_deref() != Some(primary.as_str()))
-        .and_then(|p| p.status?.pod_ip)
-        .ok_or_else(|| other("no replica with an IP"))
+/// The Pod IP of `member` (the one podkeeper took its backup from).
+async fn member_ip(session: &Session, member: &str) -> Result<String, crate::Error> {
+    session
+        .api::<Pod>()
+        .get(member)
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .ok_or_else(|| other(format!("member {member} has no IP")))
 }
 
 /// Runs `script` in the client Pod; its output's last line is the
@@ -154,6 +155,7 @@ pub async fn backups(
     session: &Session,
     runs: usize,
     keys: u64,
+    members: i32,
     binary: &Path,
     out: &mut Backups,
 ) -> Result<(), crate::Error> {
@@ -161,6 +163,7 @@ pub async fn backups(
         method: METHOD.into(),
         runs,
         dataset_keys: keys,
+        members,
         load: (load_average(), String::new()),
         ..Default::default()
     };
@@ -176,10 +179,14 @@ pub async fn backups(
             return Err(other(format!("copying {from} into the client Pod: {err}")));
         }
     }
-    session.create_redis(NAME, 2, REDIS_IMAGE).await?;
-    session.settled(NAME, 2, STEP_TIMEOUT).await?;
+    session.create_redis(NAME, members, REDIS_IMAGE).await?;
+    session
+        .settled(NAME, members as usize, STEP_TIMEOUT)
+        .await?;
     load_dataset(session, NAME, keys).await?;
-    session.settled(NAME, 2, STEP_TIMEOUT).await?;
+    session
+        .settled(NAME, members as usize, STEP_TIMEOUT)
+        .await?;
     let host = session.cluster_ip(NAME).await?;
     session.start_writer(&host, PORT, 1).await?;
     session.writes_accepted(50).await?;
@@ -258,7 +265,8 @@ async fn one_run(
         .push(write_p99_ms(&attempts, quiet, quiet + (finished - started)));
 
     // (3) By hand: redis-cli --rdb from the same replica, then the upload.
-    let replica = replica_ip(session).await?;
+    let member = status.member.clone().unwrap_or_default();
+    let replica = member_ip(session, &member).await?;
     let t = stamps(
         session,
         &format!(
@@ -269,6 +277,9 @@ async fn one_run(
     )?;
     out.by_hand_rdb_s.push(t[1] - t[0]);
     out.by_hand_backup_s.push(t[2] - t[0]);
+    let (attempts, _) = session.writes()?;
+    out.write_p99_ms_by_hand
+        .push(write_p99_ms(&attempts, t[0], t[2]));
 
     // (4) podkeeper's restore into a new Redis of one member.
     let restored = format!("rs-{run}");
@@ -322,9 +333,10 @@ pub fn markdown(s: &mut String, b: &Backups) {
     let mb = b.rdb_bytes as f64 / 1e6;
     let _ = writeln!(
         s,
-        "### Backup and restore ({} of {} runs, {} keys of 1 KiB, RDB {:.0} MB)\n\n{}\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
+        "### Backup and restore ({} of {} runs, a Redis of {} members, {} keys of 1 KiB, RDB {:.0} MB)\n\n{}\n\nLoad averages (1/5/15 min): {} at the start, {} at the end.\n",
         b.backup_s.len(),
         b.runs,
+        b.members,
         b.dataset_keys,
         mb,
         b.method,
@@ -379,9 +391,10 @@ pub fn markdown(s: &mut String, b: &Backups) {
     );
     let _ = writeln!(
         s,
-        "| the primary's write latency p99 per window, ms | p50 / p99 / max over runs |\n|---|---|\n| during podkeeper's backup | {} |\n| quiet window as long, after it | {} |\n",
+        "| the primary's write latency p99 per window, ms | p50 / p99 / max over runs |\n|---|---|\n| during podkeeper's backup | {} |\n| quiet window as long, after it | {} |\n| during the backup by hand | {} |\n",
         fmt_p(&percentiles(&b.write_p99_ms_during)),
-        fmt_p(&percentiles(&b.write_p99_ms_quiet))
+        fmt_p(&percentiles(&b.write_p99_ms_quiet)),
+        fmt_p(&percentiles(&b.write_p99_ms_by_hand))
     );
     for f in &b.failures {
         let _ = writeln!(s, "- failure: {f}\n");

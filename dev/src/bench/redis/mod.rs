@@ -114,6 +114,11 @@ pub struct BenchRedisArgs {
     /// Keys of 1 KiB in the backup runs' Redis (1,000,000: about 1 GiB).
     #[arg(long, default_value_t = 1_000_000)]
     pub backup_keys: u64,
+    /// Members of the backup runs' Redis: with 2, the one replica both
+    /// serves the backup and answers the writer's `WAIT 1`; with 3, another
+    /// replica can answer it.
+    #[arg(long, default_value_t = 2)]
+    pub backup_members: i32,
     /// The static podkeeper binary copied into the client Pod for the
     /// by-hand steps (default: the one `just static` builds).
     #[arg(long)]
@@ -350,6 +355,7 @@ async fn measure(
             session,
             args.backups,
             args.backup_keys,
+            args.backup_members,
             &binary,
             &mut report.backups,
         )
