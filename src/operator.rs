@@ -319,8 +319,29 @@ pub async fn run(
         .with_restore_image(restore_image(&client, &args).await),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));
+    // One cache of RedisBackups, for their controller and for the
+    // schedules (which list a Redis's scheduled backups from it and are
+    // woken by their changes).
+    let (backup_store, backup_writer) = reflector::store_shared(256);
+    let scheduled_changes = backup_writer
+        .subscribe()
+        .expect("a shared store gives subscribers");
+    let backup_stream = reflector::reflector(
+        backup_writer,
+        watcher(
+            scoped::<RedisBackup>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|b: &mut RedisBackup| b.meta_mut().managed_fields = None),
+    )
+    .applied_objects();
     let backup_ctx = BackupCtx::new(client.clone(), executor.recorder.clone());
-    let schedule_ctx = ScheduleCtx::new(client.clone(), executor.recorder.clone());
+    let schedule_ctx = ScheduleCtx::new(
+        client.clone(),
+        executor.recorder.clone(),
+        backup_store.clone(),
+    );
     let app_ctx = application_context(
         &client,
         executor,
@@ -370,11 +391,8 @@ pub async fn run(
         );
     // Backups: each try runs in a task of its own; the reconcile only
     // starts tries and reads their outcome from the status.
-    let backups = Controller::new(
-        scoped::<RedisBackup>(&client, namespace),
-        watcher::Config::default(),
-    )
-    .with_config(controller_config.clone())
+    let backups = Controller::for_stream(backup_stream, backup_store)
+        .with_config(controller_config.clone())
     .graceful_shutdown_on(stop.clone())
     .run(backup::reconcile, backup::error_policy, backup_ctx);
     // Backup schedules: a Redis's spec changes and its scheduled backups'
@@ -382,14 +400,10 @@ pub async fn run(
     // occurrence.
     let (schedule_store, schedule_stream) = owner_stream(scoped::<Redis>(&client, namespace));
     let schedules = Controller::for_stream(schedule_stream, schedule_store)
-        .watches(
-            scoped::<RedisBackup>(&client, namespace),
-            watcher::Config::default().labels(SCHEDULE_LABEL),
-            |b: RedisBackup| {
-                let redis = b.labels().get(SCHEDULE_LABEL)?;
-                Some(ObjectRef::new(redis).within(&b.namespace()?))
-            },
-        )
+        .watches_shared_stream(scheduled_changes, |b: Arc<RedisBackup>| {
+            let redis = b.labels().get(SCHEDULE_LABEL)?;
+            Some(ObjectRef::new(redis).within(&b.namespace()?))
+        })
         .with_config(controller_config)
         .graceful_shutdown_on(stop.clone())
         .run(scheduler::reconcile, scheduler::error_policy, schedule_ctx);

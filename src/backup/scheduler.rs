@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -32,16 +33,24 @@ use crate::runtime::events::{EventRecorder, EventType};
 pub struct ScheduleCtx {
     pub client: Client,
     pub recorder: Arc<EventRecorder>,
+    /// The operator's cache of `RedisBackup`s (shared with their
+    /// controller).
+    backups: Store<RedisBackup>,
     /// When this process first saw each Redis's schedule (by uid): the
     /// first backup is the first occurrence after it.
     first_seen: Mutex<HashMap<String, Timestamp>>,
 }
 
 impl ScheduleCtx {
-    pub fn new(client: Client, recorder: Arc<EventRecorder>) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        recorder: Arc<EventRecorder>,
+        backups: Store<RedisBackup>,
+    ) -> Arc<Self> {
         Arc::new(ScheduleCtx {
             client,
             recorder,
+            backups,
             first_seen: Mutex::new(HashMap::new()),
         })
     }
@@ -98,12 +107,15 @@ pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<ScheduleCtx>) -> Result<Actio
             return Ok(Action::await_change());
         }
     };
-    let (ns, name) = (redis.namespace().unwrap_or_default(), redis.name_any());
-    let api: Api<RedisBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    let made = api
-        .list(&ListParams::default().labels(&format!("{SCHEDULE_LABEL}={name}")))
-        .await?
-        .items;
+    // From the cache: one a create or a delete of this round is not in it
+    // yet is made again (409: left as it is) or deleted again (404).
+    let (ns, name) = (redis.namespace(), Some(redis.name_any()));
+    let made: Vec<Arc<RedisBackup>> = ctx
+        .backups
+        .state()
+        .into_iter()
+        .filter(|b| b.namespace() == ns && b.labels().get(SCHEDULE_LABEL) == name.as_ref())
+        .collect();
     let now = Timestamp::now();
 
     if let Some(retention) = &spec.retention {
@@ -135,10 +147,10 @@ pub async fn reconcile(redis: Arc<Redis>, ctx: Arc<ScheduleCtx>) -> Result<Actio
         }
     }
 
-    if !spec.suspend && made.iter().all(RedisBackup::finished) {
+    if !spec.suspend && made.iter().all(|b| b.finished()) {
         let after = made
             .iter()
-            .map(occurrence)
+            .map(|b| occurrence(b))
             .max()
             .unwrap_or_else(|| ctx.first_seen(&uid, now));
         if let Some(at) = schedule::due(&cron, after, now) {
