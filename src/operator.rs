@@ -393,8 +393,8 @@ pub async fn run(
     // starts tries and reads their outcome from the status.
     let backups = Controller::for_stream(backup_stream, backup_store)
         .with_config(controller_config.clone())
-    .graceful_shutdown_on(stop.clone())
-    .run(backup::reconcile, backup::error_policy, backup_ctx);
+        .graceful_shutdown_on(stop.clone())
+        .run(backup::reconcile, backup::error_policy, backup_ctx);
     // Backup schedules: a Redis's spec changes and its scheduled backups'
     // changes wake its schedule; otherwise it sleeps until the next
     // occurrence.

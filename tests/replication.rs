@@ -38,6 +38,9 @@ use net::{Net, Party};
 const LOOPBACK: &str = "127.0.0.1";
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
+/// The operator's own user's password in every test server (podkeeper
+/// makes one per Redis, in a Secret).
+const OPERATOR_PASSWORD: &str = "0peratorTestPassw0rd";
 
 fn timeouts() -> Timeouts {
     Timeouts {
@@ -161,7 +164,7 @@ impl Server {
             args.extend(["--bind", "127.0.0.1", "--bind-source-addr"].map(String::from));
             args.push(ip.to_string());
         }
-        let (cmd, args) = config::server_command(port, &args, password.is_some());
+        let (cmd, args) = config::server_command(port, &args);
         let mut command = Command::new(&cmd[0]);
         command
             .args(&args)
@@ -169,6 +172,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
+            .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
             .kill_on_drop(true);
         if let Some(p) = password {
             command.env(config::PASSWORD_ENV, p);
@@ -426,6 +430,7 @@ impl Set {
             &settings(),
             &Access {
                 password: self.password.as_deref(),
+                operator: Some(OPERATOR_PASSWORD),
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
             },
@@ -1061,6 +1066,7 @@ async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_n
     // it sends REPLICAOF NO ONE.
     let access = Access {
         password: None,
+        operator: Some(OPERATOR_PASSWORD),
         timeouts: timeouts(),
         route: &Route::PodNetwork,
     };
@@ -1291,10 +1297,11 @@ async fn rendered_config_is_what_redis_server_runs_with() {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
     let args = config::config_args(&directives, Some(&Quantity("64Mi".into())), false).unwrap();
-    let (cmd, args) = config::server_command(port, &args, false);
+    let (cmd, args) = config::server_command(port, &args);
     let dir = tempfile::tempdir().unwrap();
     let _child = Command::new(&cmd[0])
         .args(&args)
+        .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -1798,10 +1805,10 @@ fn probe_ready(port: u16, password: Option<&str>) -> bool {
     cmd.arg("-c")
         .arg(podkeeper::redis::replication::objects::readiness_command(
             port,
-            password.is_some(),
         ))
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(Stdio::null())
+        .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD);
     if let Some(p) = password {
         cmd.env(config::PASSWORD_ENV, p);
     }
@@ -2139,4 +2146,81 @@ async fn a_primary_that_dies_wakes_its_redis_and_is_replaced_without_waiting_out
         Some(podkeeper::redis::replication::topology::Cause::PrimaryStopped)
     );
     eprintln!("woken {woke_after:?} after kill -9; promoted in the round that followed");
+}
+
+/// Whether `server` takes `password` for its `default` user (the clients').
+async fn takes(server: &Server, password: &str) -> bool {
+    let endpoint = Endpoint::new(LOOPBACK, server.port, Some(password.into()));
+    match Node::connect(&endpoint, timeouts()).await {
+        Ok(node) => node.command::<String>(&redis::cmd("PING")).await.is_ok(),
+        Err(ClientError::Auth { .. }) => false,
+        Err(e) => panic!("{}: {e}", server.name),
+    }
+}
+
+/// The clients' password changes (its Secret edited) while the members
+/// run: the operator logs in as its own user, so it is never locked out;
+/// every member takes the new password beside the old one, then the new
+/// one only; replication (its own user too) never breaks; and a failover
+/// afterwards works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_clients_password_reaches_running_members_and_locks_out_neither_the_operator_nor_replication()
+ {
+    let mut set = Set::start(3, Some("old-password")).await;
+    let primary = set.converge().await;
+    set.password = Some("new password \"quoted\"".into());
+    // First every member takes both.
+    let round = set.round().await;
+    assert!(round.unconverged.is_empty(), "{:?}", round.unconverged);
+    for s in &set.servers {
+        assert!(
+            takes(s, "old-password").await,
+            "{}: the old one still",
+            s.name
+        );
+        assert!(
+            takes(s, "new password \"quoted\"").await,
+            "{}: the new one",
+            s.name
+        );
+    }
+    // Then only the new one.
+    let round = set.round().await;
+    assert!(round.unconverged.is_empty(), "{:?}", round.unconverged);
+    for s in &set.servers {
+        assert!(
+            !takes(s, "old-password").await,
+            "{}: the old one gone",
+            s.name
+        );
+        assert!(takes(s, "new password \"quoted\"").await, "{}", s.name);
+    }
+    for s in &mut set.servers {
+        s.password = Some("new password \"quoted\"".into());
+    }
+    let round = set.round().await;
+    assert!(
+        round.plan.replicated,
+        "replication unbroken: {:#?}",
+        round.plan
+    );
+    // The operator still acts: the primary dies, another takes over.
+    set.server_mut(&primary).kill9().await;
+    let next = set
+        .until("a new primary", |r| {
+            r.plan.primary.as_deref().is_some_and(|p| p != primary)
+        })
+        .await;
+    assert_ne!(next.plan.primary.as_deref(), Some(primary.as_str()));
+
+    // spec.auth removed: no password needed, on the running members.
+    set.password = None;
+    set.round().await;
+    for s in set.servers.iter().filter(|s| s.name != primary) {
+        let open = Endpoint::new(LOOPBACK, s.port, None);
+        let node = Node::connect(&open, timeouts()).await.unwrap();
+        node.command::<String>(&redis::cmd("PING"))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", s.name));
+    }
 }

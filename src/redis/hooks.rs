@@ -30,6 +30,7 @@ use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
+use crate::redis::replication::config;
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
@@ -501,31 +502,49 @@ fn settings(redis: &Redis) -> Settings {
     }
 }
 
-/// The password `spec.auth` names, read with a GET (the operator may not
-/// list or watch Secrets).
+/// The password `spec.auth` names (made when its Secret does not exist).
 async fn password(redis: &Redis, ctx: &Context, owner: &Owner) -> Result<Option<String>, String> {
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
+    secret_password(ctx, owner, &auth.secret_name, &auth.key)
+        .await
+        .map(Some)
+}
+
+/// The password of the operator's own user in the members (made with the
+/// Redis, in a Secret it owns).
+async fn operator_password(ctx: &Context, owner: &Owner) -> Result<String, String> {
+    secret_password(
+        ctx,
+        owner,
+        &config::operator_secret_name(&owner.name),
+        config::OPERATOR_SECRET_KEY,
+    )
+    .await
+}
+
+/// The password under `key` in Secret `name`, read with a GET (the operator
+/// may not list or watch Secrets); a Secret that does not exist yet is
+/// created with a generated password, owned by the Redis (so it goes with
+/// it).
+async fn secret_password(
+    ctx: &Context,
+    owner: &Owner,
+    name: &str,
+    key: &str,
+) -> Result<String, String> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let unreadable = |e: &kube::Error| {
-        format!(
-            "cannot read Secret {}: {}",
-            auth.secret_name,
-            api_message(e)
-        )
-    };
-    let secret = match api.get_opt(&auth.secret_name).await {
+    let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
+    let secret = match api.get_opt(name).await {
         Ok(Some(secret)) => secret,
-        // A Secret that does not exist yet is created with a generated
-        // password, owned by the Redis (so it goes with it).
         Ok(None) => match api
             .create(
                 &PostParams {
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..Default::default()
                 },
-                &generated_secret(redis, owner, &generate_password()),
+                &generated_secret(owner, name, key, &generate_password()),
             )
             .await
         {
@@ -536,25 +555,17 @@ async fn password(redis: &Redis, ctx: &Context, owner: &Owner) -> Result<Option<
                         EventType::Normal,
                         "SecretCreated",
                         "CreateSecret",
-                        format!(
-                            "Created Secret {} with a generated password under key {}",
-                            auth.secret_name, auth.key
-                        ),
+                        format!("Created Secret {name} with a generated password under key {key}"),
                     )
                     .await;
                 secret
             }
             // Created meanwhile (by the user, or a retried request).
-            Err(kube::Error::Api(s)) if s.code == 409 => api
-                .get(&auth.secret_name)
-                .await
-                .map_err(|e| unreadable(&e))?,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                api.get(name).await.map_err(|e| unreadable(&e))?
+            }
             Err(e) => {
-                return Err(format!(
-                    "cannot create Secret {}: {}",
-                    auth.secret_name,
-                    api_message(&e)
-                ));
+                return Err(format!("cannot create Secret {name}: {}", api_message(&e)));
             }
         },
         Err(e) => return Err(unreadable(&e)),
@@ -562,19 +573,17 @@ async fn password(redis: &Redis, ctx: &Context, owner: &Owner) -> Result<Option<
     let bytes = secret
         .data
         .as_ref()
-        .and_then(|d| d.get(&auth.key))
+        .and_then(|d| d.get(key))
         .map(|b| b.0.clone())
         .or_else(|| {
             secret
                 .string_data
                 .as_ref()
-                .and_then(|d| d.get(&auth.key))
+                .and_then(|d| d.get(key))
                 .map(|s| s.clone().into_bytes())
         })
-        .ok_or_else(|| format!("Secret {} has no key {}", auth.secret_name, auth.key))?;
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| format!("Secret {} key {} is not UTF-8", auth.secret_name, auth.key))
+        .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("Secret {name} key {key} is not UTF-8"))
 }
 
 /// 32 letters and digits from the thread's CSPRNG (about 190 bits).
@@ -587,10 +596,10 @@ pub fn generate_password() -> String {
         .collect()
 }
 
-/// The Secret podkeeper creates when `spec.auth` names one that does not
-/// exist: the password under `spec.auth.key`, owned by the Redis. Pure.
-pub fn generated_secret(redis: &Redis, owner: &Owner, password: &str) -> Secret {
-    let auth = redis.spec.auth.as_ref().expect("spec.auth is set");
+/// The Secret podkeeper creates for a password it makes (`spec.auth`
+/// naming a Secret that does not exist, or the operator's own user): the
+/// password under `key`, owned by the Redis. Pure.
+pub fn generated_secret(owner: &Owner, name: &str, key: &str, password: &str) -> Secret {
     let mut reference = owner.reference.clone();
     // Owned for garbage collection, not controlled: the Pods' controller
     // reference is the Redis's, and a Secret is no Pod of the set.
@@ -598,7 +607,7 @@ pub fn generated_secret(redis: &Redis, owner: &Owner, password: &str) -> Secret 
     reference.block_owner_deletion = None;
     Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some(auth.secret_name.clone()),
+            name: Some(name.to_string()),
             namespace: Some(owner.namespace.clone()),
             labels: Some(
                 [
@@ -614,7 +623,7 @@ pub fn generated_secret(redis: &Redis, owner: &Owner, password: &str) -> Secret 
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        string_data: Some([(auth.key.clone(), password.to_string())].into()),
+        string_data: Some([(key.to_string(), password.to_string())].into()),
         ..Default::default()
     }
 }
@@ -721,7 +730,9 @@ impl Extras<Redis> for ReplicationExtras {
         // switchover goes to a member there.
         retiring.extend(self.cordoned(&pods));
         let restore = self.restore_state(redis, ctx, owner, &pods, plan).await;
-        let password = match password(redis, ctx, owner).await {
+        let logins =
+            futures::future::try_join(password(redis, ctx, owner), operator_password(ctx, owner));
+        let (password, operator) = match logins.await {
             Ok(p) => p,
             Err(message) => {
                 ctx.executor
@@ -773,6 +784,7 @@ impl Extras<Redis> for ReplicationExtras {
             &settings(redis),
             &Access {
                 password: password.as_deref(),
+                operator: Some(&operator),
                 timeouts: self.timeouts,
                 route: &self.route(&owner.namespace),
             },
@@ -794,6 +806,9 @@ impl Extras<Redis> for ReplicationExtras {
         }
         for (pod, e) in &round.unfenced {
             tracing::warn!(%pod, error = %e, "cannot set the write fence (min-replicas-to-write)");
+        }
+        for (pod, e) in &round.unconverged {
+            tracing::warn!(%pod, error = %e, "cannot bring the member to the clients' password");
         }
 
         let primary = round.primary.as_ref().map(|p| p.pod.clone());
@@ -1112,7 +1127,7 @@ mod tests {
             key: "password".into(),
         });
         let owner = Owner::of(&r, "Redis");
-        let s = generated_secret(&r, &owner, "pw");
+        let s = generated_secret(&owner, "cache-auth", "password", "pw");
         assert_eq!(s.metadata.name.as_deref(), Some("cache-auth"));
         assert_eq!(s.metadata.namespace.as_deref(), Some("ns"));
         assert_eq!(

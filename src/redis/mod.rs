@@ -184,8 +184,9 @@ mod tests {
     fn template_runs_redis_on_the_port_and_hash_follows_the_spec() {
         let t = tmpl(&redis(7000, "redis:7"));
         let c = &t.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.command.as_ref().unwrap(), &["sh".to_string()]);
         assert_eq!(
-            c.args.as_ref().unwrap()[..2],
+            c.args.as_ref().unwrap()[3..5],
             ["--port".to_string(), "7000".to_string()]
         );
         let args = c.args.as_ref().unwrap().join(" ");
@@ -195,11 +196,26 @@ mod tests {
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7000);
         let probe = c.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap();
         let probe = probe.command.as_ref().unwrap().join(" ");
+        // The probe logs in as the operator's user, whose password (from
+        // podkeeper's Secret) is every member's, with or without spec.auth.
         assert!(
-            probe.contains("redis-cli -p 7000 info replication")
+            probe.contains("redis-cli --user podkeeper -p 7000 info replication")
                 && probe.contains("master_link_status:up")
-                && !probe.contains("REDISCLI_AUTH"),
+                && probe.contains("REDISCLI_AUTH=\"$PODKEEPER_PASSWORD\""),
             "{probe}"
+        );
+        let env = c.env.as_ref().unwrap();
+        assert_eq!(env.len(), 1, "no clients' password without spec.auth");
+        let sel = env[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (env[0].name.as_str(), sel.name.as_str(), sel.key.as_str()),
+            ("PODKEEPER_PASSWORD", "cache-podkeeper", "password")
         );
         let h1 = revision_of(&t);
         assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));
@@ -459,7 +475,7 @@ mod tests {
         let t = tmpl(&r);
         let spec = t.spec.as_ref().unwrap();
         let c = &spec.containers[0];
-        let env = &c.env.as_ref().unwrap()[0];
+        let env = &c.env.as_ref().unwrap()[1];
         assert_eq!(env.name, crate::redis::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
         let sel = env

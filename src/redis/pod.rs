@@ -68,7 +68,7 @@ pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> 
     );
     let port =
         u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;
-    Ok(server_command(port, &args, spec.auth.is_some()))
+    Ok(server_command(port, &args))
 }
 
 /// The label selector of a Redis's members.
@@ -153,17 +153,21 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     let spec = &redis.spec;
     let port = spec.port;
     let (command, args) = server_args(redis)?;
-    let env = spec
-        .auth
-        .as_ref()
-        .map(|auth| vec![crate::redis::replication::objects::password_env(auth)]);
+    let mut env = vec![crate::redis::replication::objects::operator_password_env(
+        &redis.name_any(),
+    )];
+    env.extend(
+        spec.auth
+            .as_ref()
+            .map(crate::redis::replication::objects::password_env),
+    );
     let container = Container {
         name: "redis".into(),
         image: Some(spec.image.clone()),
         image_pull_policy: Some(spec.image_pull_policy.as_str().into()),
         command: Some(command),
         args: Some(args),
-        env,
+        env: Some(env),
         ports: Some(vec![ContainerPort {
             name: Some("redis".into()),
             container_port: port,
@@ -172,7 +176,6 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         }]),
         readiness_probe: Some(crate::redis::replication::objects::readiness_probe(
             u16::try_from(port).unwrap_or(6379),
-            spec.auth.is_some(),
         )),
         resources: spec.resources.clone(),
         security_context: Some(SecurityContext {

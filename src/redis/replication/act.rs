@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::redis::{MemberStatus, PrimaryStatus};
 use crate::redis::replication::client::{Access, Node};
+use crate::redis::replication::clients::{self, Ledger};
 use crate::redis::replication::error::{ActionError, ClientError};
 use crate::redis::replication::info::{ReplicationInfo, Role};
 use crate::redis::replication::observer::Observer;
@@ -49,6 +50,8 @@ pub struct Memory {
     switchover_sent: Mutex<HashMap<String, Timestamp>>,
     /// Per Pod: the run_id of the process and the fence it was given.
     fenced: Mutex<HashMap<String, (String, WriteFence)>>,
+    /// Per Pod: the clients' password its process was given.
+    clients: Ledger,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -86,6 +89,7 @@ impl Memory {
         locked(&self.last_seen).retain(|p, _| keep(p));
         locked(&self.switchover_sent).retain(|p, _| keep(p));
         locked(&self.fenced).retain(|p, _| keep(p));
+        self.clients.retain(|p| pods.iter().any(|r| r.pod == p));
         let live: Vec<(&str, &str)> = pods
             .iter()
             .filter_map(|p| Some((p.pod.as_str(), p.ip.as_deref()?)))
@@ -588,6 +592,8 @@ pub struct Round {
     pub unrecorded: Option<String>,
     /// Members that could not be given the write fence.
     pub unfenced: Vec<(String, ClientError)>,
+    /// Members that could not be brought to the clients' password.
+    pub unconverged: Vec<(String, ClientError)>,
 }
 
 /// The order of a round: observe every member, give each the write fence,
@@ -617,6 +623,13 @@ pub async fn reconcile(
         staying,
     );
     let unfenced = fence_writes(&members, fence, access, memory).await;
+    let unconverged = clients::converge(
+        &members,
+        access,
+        memory.observer.connections(),
+        &memory.clients,
+    )
+    .await;
     let mut plan = topology::plan(&members, recorded, settings, now);
     if let Some(from) = plan.actions.iter().find_map(|a| match a {
         Action::Switchover { from, .. } => Some(from.clone()),
@@ -643,6 +656,7 @@ pub async fn reconcile(
             },
             unrecorded: Some(e),
             unfenced,
+            unconverged,
         };
     }
     let outcome = execute(&plan, access, memory).await;
@@ -655,6 +669,7 @@ pub async fn reconcile(
         primary,
         unrecorded: None,
         unfenced,
+        unconverged,
     }
 }
 

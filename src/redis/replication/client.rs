@@ -32,6 +32,7 @@ use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use crate::redis::replication::config::OPERATOR_USER;
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
 
@@ -61,7 +62,12 @@ impl Default for Timeouts {
 pub struct Endpoint {
     pub ip: String,
     pub port: u16,
+    /// The clients' password (`default` user, `spec.auth`).
     pub password: Option<String>,
+    /// The operator's own user's password: tried first, the clients'
+    /// password only where it is refused (a member started before podkeeper
+    /// gave its members that user).
+    pub operator: Option<String>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -71,6 +77,7 @@ impl std::fmt::Debug for Endpoint {
             .field("ip", &self.ip)
             .field("port", &self.port)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("operator", &self.operator.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -81,7 +88,29 @@ impl Endpoint {
             ip: ip.into(),
             port,
             password,
+            operator: None,
         }
+    }
+
+    /// The same, logging in as the operator's user first.
+    pub fn with_operator(mut self, operator: Option<String>) -> Self {
+        self.operator = operator;
+        self
+    }
+
+    /// The logins to try, in order: the operator's user, then the clients'
+    /// password (or none).
+    fn logins(&self) -> Vec<RedisConnectionInfo> {
+        let plain = RedisConnectionInfo::default().set_skip_set_lib_name();
+        let mut logins = Vec::new();
+        if let Some(op) = &self.operator {
+            logins.push(plain.clone().set_username(OPERATOR_USER).set_password(op));
+        }
+        logins.push(match &self.password {
+            Some(p) => plain.set_password(p),
+            None => plain,
+        });
+        logins
     }
 
     /// `ip:port`, as used in messages.
@@ -153,6 +182,8 @@ pub enum Route {
 #[derive(Clone, Copy)]
 pub struct Access<'a> {
     pub password: Option<&'a str>,
+    /// The operator's own user's password (see [`Endpoint::operator`]).
+    pub operator: Option<&'a str>,
     pub timeouts: Timeouts,
     pub route: &'a Route,
 }
@@ -163,6 +194,7 @@ impl<'a> Access<'a> {
     pub fn plain(route: &'a Route, deadline: Duration) -> Self {
         Access {
             password: None,
+            operator: None,
             timeouts: Timeouts { deadline },
             route,
         }
@@ -173,6 +205,7 @@ impl Access<'_> {
     /// The member at `ip:port`, with this Redis's password.
     pub fn endpoint(&self, ip: &str, port: u16) -> Endpoint {
         Endpoint::new(ip, port, self.password.map(str::to_string))
+            .with_operator(self.operator.map(str::to_string))
     }
 }
 
@@ -198,10 +231,6 @@ impl Node {
         timeouts: Timeouts,
     ) -> Result<Node, ClientError> {
         let addr = endpoint.addr();
-        let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-        if let Some(password) = &endpoint.password {
-            settings = settings.set_password(password);
-        }
         // Each command is bounded by its caller's deadline (WAIT needs
         // longer than the others).
         let config = AsyncConnectionConfig::new().set_response_timeout(None);
@@ -209,27 +238,48 @@ impl Node {
             addr: addr.clone(),
             source: source.into(),
         };
-        let opened = match route {
-            Route::PodNetwork => {
-                let stream = tokio::net::TcpStream::connect((endpoint.ip.as_str(), endpoint.port))
-                    .await
-                    .map_err(connect_error)?;
-                stream.set_nodelay(true).map_err(connect_error)?;
-                handshake(&settings, stream, config).await
+        let logins = endpoint.logins();
+        let mut first_refusal = None;
+        let mut opened = None;
+        for (i, settings) in logins.iter().enumerate() {
+            let tried = match route {
+                Route::PodNetwork => {
+                    let stream =
+                        tokio::net::TcpStream::connect((endpoint.ip.as_str(), endpoint.port))
+                            .await
+                            .map_err(connect_error)?;
+                    stream.set_nodelay(true).map_err(connect_error)?;
+                    handshake(settings, stream, config.clone()).await
+                }
+                Route::PortForward(pods) => {
+                    let stream = port_forward(pods, pod, endpoint.port)
+                        .await
+                        .map_err(connect_error)?;
+                    handshake(settings, stream, config.clone()).await
+                }
+            };
+            match tried {
+                Ok(c) => {
+                    opened = Some(c);
+                    break;
+                }
+                // The server answered the login with a refusal: the next
+                // login, if any (the first refusal says the most).
+                Err(source) if !source.is_io_error() && i + 1 < logins.len() => {
+                    first_refusal.get_or_insert(source);
+                }
+                Err(source) => {
+                    let source = first_refusal.unwrap_or(source);
+                    return Err(if is_auth_error(&source) {
+                        ClientError::Auth { addr, source }
+                    } else {
+                        ClientError::Connect { addr, source }
+                    });
+                }
             }
-            Route::PortForward(pods) => {
-                let stream = port_forward(pods, pod, endpoint.port)
-                    .await
-                    .map_err(connect_error)?;
-                handshake(&settings, stream, config).await
-            }
-        };
-        let (conn, closed) = match opened {
-            Ok(c) => c,
-            Err(source) if is_auth_error(&source) => {
-                return Err(ClientError::Auth { addr, source });
-            }
-            Err(source) => return Err(ClientError::Connect { addr, source }),
+        }
+        let Some((conn, closed)) = opened else {
+            unreachable!("every login either opened a connection or returned");
         };
         Ok(Node {
             addr,
@@ -559,6 +609,7 @@ pub struct ConnectionKey {
     pub ip: String,
     pub port: u16,
     password: Option<String>,
+    operator: Option<String>,
     forwarded: bool,
 }
 
@@ -587,6 +638,7 @@ impl Connections {
             ip: endpoint.ip.clone(),
             port: endpoint.port,
             password: endpoint.password.clone(),
+            operator: endpoint.operator.clone(),
             forwarded: matches!(access.route, Route::PortForward(_)),
         }
     }
@@ -759,6 +811,7 @@ pub(crate) mod tests {
         let route = Route::PodNetwork;
         let access = Access {
             password,
+            operator: None,
             timeouts: Timeouts { deadline: DEADLINE },
             route: &route,
         };

@@ -137,45 +137,79 @@ pub fn config_args(
     Ok(args)
 }
 
-/// The shell script that starts redis-server with a password: it writes
-/// `requirepass` and `masterauth` as redis.conf lines to redis-server's
-/// standard input (`-`, which redis-server 7 reads before its other
-/// arguments when it is the last one), so the password is in neither the
-/// Pod spec nor redis-server's command line. The password is quoted for
-/// redis.conf with shell built-ins only (no other process sees it): `\`,
-/// `"` and line feeds are escaped inside double quotes, every other byte
-/// stands for itself. The variable is unset before the exec, so
-/// redis-server's environment does not hold it either. `$@` is the
-/// arguments.
-pub const AUTH_SCRIPT: &str = r#"p=$REDIS_PASSWORD
-unset REDIS_PASSWORD
-bs='\' dq='"' nl='
+/// The environment variable that carries the operator's own password into
+/// the container (from a `secretKeyRef` to [`operator_secret_name`]).
+pub const OPERATOR_PASSWORD_ENV: &str = "PODKEEPER_PASSWORD";
+
+/// The Redis user the operator logs in as, and replicas to their primary
+/// (`masteruser`): its own, so that changing the clients' password
+/// (`spec.auth`) never locks the operator or replication out.
+pub const OPERATOR_USER: &str = "podkeeper";
+
+/// The Secret podkeeper makes for its own user's password, owned by the
+/// Redis (key [`OPERATOR_SECRET_KEY`]).
+pub fn operator_secret_name(redis: &str) -> String {
+    format!("{redis}-podkeeper")
+}
+
+/// The key of the operator's password in [`operator_secret_name`].
+pub const OPERATOR_SECRET_KEY: &str = "password";
+
+/// The shell script that starts every member: it writes redis.conf lines
+/// to redis-server's standard input (`-`, which redis-server 7 reads
+/// before its other arguments when it is the last one), so that no
+/// password is in the Pod spec or in redis-server's command line:
+///
+/// - the operator's user [`OPERATOR_USER`] with the password from
+///   [`OPERATOR_PASSWORD_ENV`] (letters and digits, made by podkeeper; the
+///   script refuses anything else), and replication logging in as it
+///   (`masteruser`, `masterauth`);
+/// - with `spec.auth`, `requirepass` (the `default` user's password) from
+///   [`PASSWORD_ENV`], quoted for redis.conf with shell built-ins only (no
+///   other process sees it): `\`, `"` and line feeds are escaped inside
+///   double quotes, every other byte stands for itself.
+///
+/// Both variables are unset before the exec, so redis-server's environment
+/// does not hold them either. `$@` is the arguments.
+pub const AUTH_SCRIPT: &str = r#"o=$PODKEEPER_PASSWORD
+unset PODKEEPER_PASSWORD
+case $o in
+  ''|*[!A-Za-z0-9]*) echo "podkeeper: the operator's password must be letters and digits" >&2; exit 1 ;;
+esac
+a=
+if [ -n "${REDIS_PASSWORD+set}" ]; then
+  p=$REDIS_PASSWORD
+  bs='\' dq='"' nl='
 '
-q=
-while :; do
-  h=${p%%["$bs$dq$nl"]*}
-  q=$q$h
-  [ "$h" = "$p" ] && break
-  p=${p#"$h"}
-  case $p in
-    "$nl"*) q=$q'\n' ;;
-    *) q=$q$bs${p%"${p#?}"} ;;
-  esac
-  p=${p#?}
-done
+  q=
+  while :; do
+    h=${p%%["$bs$dq$nl"]*}
+    q=$q$h
+    [ "$h" = "$p" ] && break
+    p=${p#"$h"}
+    case $p in
+      "$nl"*) q=$q'\n' ;;
+      *) q=$q$bs${p%"${p#?}"} ;;
+    esac
+    p=${p#?}
+  done
+  a="requirepass \"$q\""
+fi
+unset REDIS_PASSWORD
 exec redis-server "$@" - <<EOF
-requirepass "$q"
-masterauth "$q"
+user podkeeper on >$o ~* &* +@all
+masteruser podkeeper
+masterauth $o
+$a
 EOF
 "#;
 
 /// The container's command and arguments: redis-server on `port`, starting
 /// as a replica of the placeholder (never as an empty primary), with the
-/// directives of [`config_args`]. With `auth`, it runs through `sh -c`
-/// [`AUTH_SCRIPT`], which passes the password from [`PASSWORD_ENV`] on
-/// redis-server's standard input: it is in neither the Pod spec nor any
-/// process's command line.
-pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<String>, Vec<String>) {
+/// directives of [`config_args`], through `sh -c` [`AUTH_SCRIPT`], which
+/// passes the passwords on redis-server's standard input: they are in
+/// neither the Pod spec nor any process's command line.
+pub fn server_command(port: u16, config_args: &[String]) -> (Vec<String>, Vec<String>) {
     let mut args = vec![
         "--port".to_string(),
         port.to_string(),
@@ -191,9 +225,6 @@ pub fn server_command(port: u16, config_args: &[String], auth: bool) -> (Vec<Str
         "1".into(),
     ];
     args.extend(config_args.iter().cloned());
-    if !auth {
-        return (vec!["redis-server".into()], args);
-    }
     let mut sh_args = vec!["-c".to_string(), AUTH_SCRIPT.into(), "redis-server".into()];
     sh_args.extend(args);
     (vec!["sh".into()], sh_args)
@@ -416,17 +447,16 @@ mod tests {
     /// `validate` gives, and a pattern per value check.
     #[test]
     fn pods_start_as_replicas_of_the_placeholder_and_never_show_the_password() {
-        let (cmd, args) = server_command(6379, &[], false);
-        assert_eq!(cmd, ["redis-server"]);
-        assert_eq!(
-            args[..5],
-            ["--port", "6379", "--replicaof", "127.0.0.1", "1"]
-        );
-        let (cmd, args) = server_command(6379, &["--save".into(), String::new()], true);
+        let (cmd, args) = server_command(6379, &["--save".into(), String::new()]);
         assert_eq!(cmd, ["sh"]);
         assert_eq!(args[..3], ["-c", AUTH_SCRIPT, "redis-server"]);
-        assert!(AUTH_SCRIPT.contains(&format!("p=${PASSWORD_ENV}\nunset {PASSWORD_ENV}\n")));
-        assert!(args.iter().any(|a| a == "--replicaof"));
+        assert_eq!(
+            args[3..8],
+            ["--port", "6379", "--replicaof", "127.0.0.1", "1"]
+        );
+        for var in [PASSWORD_ENV, OPERATOR_PASSWORD_ENV] {
+            assert!(AUTH_SCRIPT.contains(&format!("unset {var}\n")));
+        }
         for a in &args[3..] {
             assert!(!a.contains("requirepass") && !a.contains("masterauth") && !a.contains('$'));
         }
@@ -487,6 +517,21 @@ mod tests {
             dir.path().display(),
             std::env::var("PATH").unwrap()
         );
+        let run = |operator: &str, password: Option<&str>| {
+            let (cmd, args) = server_command(7000, &["--save".into(), String::new()]);
+            let mut c = std::process::Command::new(&cmd[0]);
+            c.args(&args)
+                .env("PATH", &path)
+                .env("OUT", dir.path())
+                .env(OPERATOR_PASSWORD_ENV, operator)
+                .env_remove(PASSWORD_ENV);
+            if let Some(p) = password {
+                c.env(PASSWORD_ENV, p);
+            }
+            c.status().unwrap().success()
+        };
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        let operator = "Op3ratorPassw0rd";
         for password in [
             "plain",
             "s3cret with spaces",
@@ -500,38 +545,46 @@ mod tests {
             "-",
             "--port 1",
         ] {
-            let (cmd, args) = server_command(7000, &["--save".into(), String::new()], true);
-            let status = std::process::Command::new(&cmd[0])
-                .args(&args)
-                .env("PATH", &path)
-                .env("OUT", dir.path())
-                .env(PASSWORD_ENV, password)
-                .status()
-                .unwrap();
-            assert!(status.success());
-            let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+            assert!(run(operator, Some(password)));
             let argv = read("args");
             let argv: Vec<&str> = argv.lines().collect();
             assert_eq!(argv.last(), Some(&"-"), "stdin is the last argument");
             assert_eq!(argv[..2], ["--port", "7000"]);
-            if password.len() >= 5 {
-                assert!(
-                    !argv.join("\n").contains(password),
-                    "{password:?} in {argv:?}"
-                );
+            for secret in [password, operator] {
+                if secret.len() >= 5 {
+                    assert!(!argv.join("\n").contains(secret), "{secret:?} in {argv:?}");
+                }
             }
-            assert!(!read("env").contains(PASSWORD_ENV));
+            let env = read("env");
+            assert!(!env.contains(PASSWORD_ENV) && !env.contains(OPERATOR_PASSWORD_ENV));
             let stdin = read("stdin");
             let lines: Vec<&str> = stdin.lines().collect();
-            assert_eq!(lines.len(), 2, "{stdin:?}");
-            for (line, directive) in lines.iter().zip(["requirepass ", "masterauth "]) {
-                let quoted = line.strip_prefix(directive).unwrap();
-                assert_eq!(
-                    redis_conf_unquote(quoted),
-                    password.as_bytes(),
-                    "{password:?} as {quoted}"
-                );
-            }
+            assert_eq!(
+                lines[..3],
+                [
+                    format!("user {OPERATOR_USER} on >{operator} ~* &* +@all"),
+                    format!("masteruser {OPERATOR_USER}"),
+                    format!("masterauth {operator}"),
+                ],
+                "{stdin:?}"
+            );
+            assert_eq!(lines.len(), 4, "{stdin:?}");
+            let quoted = lines[3].strip_prefix("requirepass ").unwrap();
+            assert_eq!(
+                redis_conf_unquote(quoted),
+                password.as_bytes(),
+                "{password:?} as {quoted}"
+            );
+        }
+        // Without spec.auth: the operator's user, no requirepass.
+        assert!(run(operator, None));
+        let stdin = read("stdin");
+        assert!(!stdin.contains("requirepass"), "{stdin:?}");
+        assert!(stdin.starts_with(&format!("user {OPERATOR_USER} on >{operator} ")));
+        // An operator password that is not letters and digits is refused:
+        // it would be read as more ACL rules.
+        for bad in ["", "two words", "pw>x", "a\nb"] {
+            assert!(!run(bad, None), "{bad:?}");
         }
     }
 }

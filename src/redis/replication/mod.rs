@@ -83,6 +83,7 @@
 
 pub mod act;
 pub mod client;
+pub mod clients;
 pub mod config;
 pub mod error;
 pub mod info;

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, Secret
 
 use crate::api::names::{POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::AuthSpec;
-use crate::redis::replication::config::PASSWORD_ENV;
+use crate::redis::replication::config::{
+    OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV, operator_secret_name,
+};
 
 /// A merge patch that sets a member Pod's role label and its name label.
 pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {
@@ -22,19 +24,17 @@ pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {
 /// the `<name>-replicas` Service (ready Pods only) must not send it any. A
 /// primary with fewer good replicas than its `min-replicas-to-write` (the
 /// write fence podkeeper sets) refuses writes, so the `<name>` Service must
-/// not send it clients either. With a password, redis-cli takes it from
-/// `REDISCLI_AUTH`, set from the container's password variable, so it is
-/// not on the command line.
-pub fn readiness_command(port: u16, password: bool) -> String {
-    let auth = if password {
-        format!("export REDISCLI_AUTH=\"${PASSWORD_ENV}\"; ")
-    } else {
-        String::new()
-    };
+/// not send it clients either. redis-cli logs in as the operator's user
+/// (its password from `REDISCLI_AUTH`, set from the container's variable,
+/// so it is not on the command line): the probe does not depend on the
+/// clients' password, which can change while the container runs.
+pub fn readiness_command(port: u16) -> String {
+    let auth = format!("export REDISCLI_AUTH=\"${OPERATOR_PASSWORD_ENV}\"; ");
+    let cli = format!("redis-cli --user {OPERATOR_USER} -p {port}");
     format!(
-        "{auth}i=$(redis-cli -p {port} info replication) || exit 1; \
+        "{auth}i=$({cli} info replication) || exit 1; \
          case \"$i\" in *role:master*) ;; *) printf '%s' \"$i\" | grep -q '^master_link_status:up'; exit $?;; esac; \
-         need=$(redis-cli -p {port} config get min-replicas-to-write | sed -n 2p); \
+         need=$({cli} config get min-replicas-to-write | sed -n 2p); \
          good=$(printf '%s' \"$i\" | sed -n 's/^min_slaves_good_slaves:\\([0-9]*\\).*/\\1/p'); \
          [ \"${{need:-0}}\" -eq 0 ] || [ \"${{good:-0}}\" -ge \"$need\" ]"
     )
@@ -42,14 +42,10 @@ pub fn readiness_command(port: u16, password: bool) -> String {
 
 /// The readiness probe that runs [`readiness_command`] every 2 s; two
 /// failures in a row make the Pod NotReady.
-pub fn readiness_probe(port: u16, password: bool) -> Probe {
+pub fn readiness_probe(port: u16) -> Probe {
     Probe {
         exec: Some(ExecAction {
-            command: Some(vec![
-                "sh".into(),
-                "-c".into(),
-                readiness_command(port, password),
-            ]),
+            command: Some(vec!["sh".into(), "-c".into(), readiness_command(port)]),
         }),
         period_seconds: Some(2),
         timeout_seconds: Some(2),
@@ -67,6 +63,23 @@ pub fn password_env(auth: &AuthSpec) -> EnvVar {
             secret_key_ref: Some(SecretKeySelector {
                 name: auth.secret_name.clone(),
                 key: auth.key.clone(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// The container's variable with the operator's own password, from the
+/// Secret podkeeper makes for Redis `redis`.
+pub fn operator_password_env(redis: &str) -> EnvVar {
+    EnvVar {
+        name: OPERATOR_PASSWORD_ENV.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: operator_secret_name(redis),
+                key: OPERATOR_SECRET_KEY.into(),
                 optional: Some(false),
             }),
             ..EnvVarSource::default()

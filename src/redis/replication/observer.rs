@@ -68,6 +68,7 @@ struct Target {
     ip: String,
     port: u16,
     password: Option<String>,
+    operator: Option<String>,
     forwarded: bool,
     timeouts: Timeouts,
 }
@@ -202,6 +203,7 @@ impl Observer {
             ip: endpoint.ip.clone(),
             port: endpoint.port,
             password: endpoint.password.clone(),
+            operator: endpoint.operator.clone(),
             forwarded: matches!(access.route, Route::PortForward(_)),
             timeouts: access.timeouts,
         };
@@ -251,6 +253,7 @@ async fn observe_member(
 ) {
     let access = Access {
         password: endpoint.password.as_deref(),
+        operator: endpoint.operator.as_deref(),
         timeouts,
         route: &route,
     };
