@@ -13,6 +13,8 @@ mod inplace;
 #[cfg(feature = "kind-e2e")]
 mod kind;
 #[cfg(feature = "kind-e2e")]
+mod kind_auth;
+#[cfg(feature = "kind-e2e")]
 mod kind_backup;
 #[cfg(feature = "kind-e2e")]
 mod kind_refusals;

@@ -316,7 +316,12 @@ async fn auth_config_and_failover_are_validated() {
     })
     .await;
     let c = &pods[0].spec.as_ref().unwrap().containers[0];
-    let env_var = &c.env.as_ref().unwrap()[0];
+    let env_var = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == podkeeper::redis::replication::config::PASSWORD_ENV)
+        .unwrap();
     assert!(env_var.value.is_none());
     assert_eq!(
         env_var

@@ -17,7 +17,8 @@
 //! `<start> <end> <key> <accepted 0|1> <replicas that acknowledged|-> <run_id|-> <master_replid|-> <why refused|->`
 //!
 //! where *why refused* is `noreply` (no connection, or no answer within the
-//! 3 s) or the error's first word (`READONLY`, `LOADING`, ...).
+//! 3 s) or the error's first word (`READONLY`, `LOADING`, `NOAUTH`, ...).
+//! When [`PASSWORD_FILE`] exists, each write logs in with its content first.
 //!
 //! with `start`/`end` in seconds since the epoch (bash's `$EPOCHREALTIME`,
 //! microseconds; the Pods share the host's clock). A write is acknowledged
@@ -44,6 +45,10 @@ pub const STOP: &str = "/ledger/stop";
 /// keeps it to one writer at a time.
 pub const SCRIPT: &str = "/ledger/writer.sh";
 pub const LOCK: &str = "/ledger/writer.lock";
+/// The clients' password, if the file exists: each write logs in with it
+/// first (`AUTH`), read again at every attempt, as a client that reloads
+/// its configuration. Letters, digits and punctuation without spaces.
+pub const PASSWORD_FILE: &str = "/ledger/password";
 
 /// The client container's command: it starts the writer of [`SCRIPT`]
 /// again if one was started and had not finished (its log does not end
@@ -144,7 +149,7 @@ fn attempts_script(prefix: &str, target: &Target, replicas: u32, timeout_ms: u32
         ),
     };
     let write = format!(
-        r#"out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/{connect} || exit 1; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i{args} 2>/dev/null)"#
+        r#"out=$(pw=$pw timeout 3 bash -c 'exec 3<>/dev/tcp/{connect} || exit 1; [ -z "$pw" ] || printf "AUTH %s\r\n" "$pw" >&3; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i{args} 2>/dev/null)"#
     );
     let write = if resolve.is_empty() {
         write
@@ -158,9 +163,11 @@ while read -r _ _ k _; do case $k in ''|*[!0-9]*) ;; *) i=$k;; esac; done < <(ta
 [ $i = 0 ] || printf '\nresumed %s %d\n' $EPOCHREALTIME $i >> {LOG}
 while [ ! -e {STOP} ]; do
   i=$((i+1)); t0=$EPOCHREALTIME{resolve}
+  pw=; [ -r {PASSWORD_FILE} ] && pw=$(< {PASSWORD_FILE})
   {write}
   t1=$EPOCHREALTIME
   out=${{out//$'\r'/}}
+  [ -z "$pw" ] || out=${{out#*$'\n'}}
   s=${{out%%$'\n'*}}; rest=${{out#*$'\n'}}; acks=${{rest%%$'\n'*}}; acks=${{acks#:}}
   case $acks in ''|*[!0-9]*) acks=-;; esac
   rid=-; case $out in *run_id:*) rid=${{out#*run_id:}}; rid=${{rid%%$'\n'*}};; esac
@@ -180,10 +187,12 @@ pub fn read_back_script(host: &str, port: u16, n: u64) -> String {
     keyed_read_back_script("w", host, port, n)
 }
 
-/// [`read_back_script`] of the keys `<prefix>1` ..= `<prefix>N`.
+/// [`read_back_script`] of the keys `<prefix>1` ..= `<prefix>N` (logged
+/// in with [`PASSWORD_FILE`]'s password where it exists).
 pub fn keyed_read_back_script(prefix: &str, host: &str, port: u16, n: u64) -> String {
     format!(
-        "for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
+        "[ -r {PASSWORD_FILE} ] && export REDISCLI_AUTH=$(< {PASSWORD_FILE}); \
+         for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
     )
 }
 
@@ -613,7 +622,7 @@ mod tests {
         assert!(s.contains(r#"if [ "${m[0]}" = '*2' ]; then h=${m[2]}; p=${m[4]}; break; fi"#));
         assert!(s.contains("/dev/tcp/$1/$2") && s.contains("' $i $h $p 2>/dev/null)"));
         assert!(s.contains(r#"[ -n "$h" ] || out=-NOMASTER"#));
-        assert!(s.contains(r#"[ -z "$h" ] || out=$(timeout 3 bash -c"#));
+        assert!(s.contains(r#"[ -z "$h" ] || out=$(pw=$pw timeout 3 bash -c"#));
         // The same write, log and stop file as the Service writer's.
         assert!(s.contains(r"WAIT 1 1000\r\nINFO server replication\r\nQUIT\r\n"));
         assert!(s.contains(LOG) && s.contains(STOP) && s.contains("flock -n 9"));
@@ -621,7 +630,7 @@ mod tests {
         let fixed = script("10.96.0.5", 6379, 1, 1000);
         assert!(!fixed.contains("SENTINEL") && !fixed.contains("NOMASTER"));
         assert!(fixed.contains(
-            "t0=$EPOCHREALTIME\n  out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/10.96.0.5/6379 || exit 1;"
+            "t0=$EPOCHREALTIME\n  pw=; [ -r /ledger/password ] && pw=$(< /ledger/password)\n  out=$(pw=$pw timeout 3 bash -c 'exec 3<>/dev/tcp/10.96.0.5/6379 || exit 1; [ -z \"$pw\" ] || printf \"AUTH %s\\r\\n\" \"$pw\" >&3;"
         ));
         // A refusal for want of a master parses like any other.
         let got = parse("1.0 1.1 1 0 - - - NOMASTER\n");

@@ -1,0 +1,151 @@
+//! The clients' password on kind, with real redis-server members: changing
+//! its Secret while a client writes reaches every running member without a
+//! restart, old and new both taken until every member has the new one, and
+//! leaves neither the operator (its own Redis user) nor replication locked
+//! out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use podkeeper::api::Redis;
+use podkeeper_dev::bench::redis::session::{CLIENT, InvariantWatch, Session};
+use podkeeper_dev::bench::redis::{self as bench, writer};
+use podkeeper_dev::kind::versions::REDIS_IMAGE;
+use serde_json::json;
+
+use crate::harness::{TestEnv, wait_for};
+use crate::kind_under_writes::{assert_nothing_lost, session};
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The member Pods of `name`: name -> (uid, IP, container restarts).
+async fn members(env: &TestEnv, name: &str) -> BTreeMap<String, (String, String, i32)> {
+    let pods: Api<Pod> = env.api();
+    pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let status = p.status.clone().unwrap_or_default();
+            let restarts = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| c.restart_count)
+                .sum();
+            (
+                p.name_any(),
+                (
+                    p.uid().unwrap(),
+                    status.pod_ip.unwrap_or_default(),
+                    restarts,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What the member at `ip` answers `PING` from a client logging in with
+/// `password`: `PONG`, or the refusal.
+fn login(s: &Session, ip: &str, password: &str) -> String {
+    s.sh(
+        CLIENT,
+        &format!("REDISCLI_AUTH='{password}' redis-cli -h {ip} -p 6379 ping 2>&1; true"),
+    )
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_and_loses_no_write()
+{
+    let env = TestEnv::new("kind-auth").await;
+    let s = session(&env).await;
+    let name = "cache";
+    let secrets: Api<Secret> = env.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cache-auth"},
+        "stringData": {"password": "old-password"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    s.create_redis_spec(
+        name,
+        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE,
+               "auth": {"secretName": "cache-auth", "key": "password"}}),
+    )
+    .await
+    .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    let set_password = |pw: &str| {
+        s.sh(
+            CLIENT,
+            &format!(
+                "printf %s '{pw}' > {f}.new && mv {f}.new {f}",
+                f = writer::PASSWORD_FILE
+            ),
+        )
+        .unwrap();
+    };
+    set_password("old-password");
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    let before = members(&env, name).await;
+    assert_eq!(before.len(), 3);
+
+    // The Secret changes. Every member takes the new password, and, once
+    // all of them do, no longer the old one; no Pod is replaced or
+    // restarted for it.
+    secrets
+        .patch(
+            "cache-auth",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "new-password"}})),
+        )
+        .await
+        .unwrap();
+    wait_for("every member on the new password only", TIMEOUT, || async {
+        let now = members(&env, name).await;
+        let done = now.values().all(|(_, ip, _)| {
+            login(&s, ip, "new-password") == "PONG" && login(&s, ip, "old-password") != "PONG"
+        });
+        done.then_some(())
+    })
+    .await;
+    assert_eq!(
+        members(&env, name).await,
+        before,
+        "no Pod replaced or restarted"
+    );
+
+    // The client moves to the new password, as one that reloads its
+    // configuration would.
+    set_password("new-password");
+    s.writes_accepted(200).await.unwrap();
+
+    // The operator still acts on every member: the primary goes, another
+    // takes over, and writes go on.
+    let r = env.api::<Redis>().get(name).await.unwrap();
+    let primary = r.primary_pod().unwrap().to_string();
+    env.api::<Pod>()
+        .delete(&primary, &Default::default())
+        .await
+        .unwrap();
+    let (r, _) = s.settled(name, 3, TIMEOUT).await.unwrap();
+    assert_ne!(r.primary_pod(), Some(primary.as_str()));
+    s.writes_accepted(200).await.unwrap();
+
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}
