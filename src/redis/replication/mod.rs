@@ -5,7 +5,10 @@
 //! - [`info`]: parsing `INFO replication` / `INFO server`.
 //! - [`client`]: one connection per Pod (IP and port), cached between
 //!   rounds, with one deadline per step, a cap on what a server may send,
-//!   and an optional password.
+//!   logging in as the operator's own user (the clients' password as a
+//!   fallback).
+//! - [`clients`]: the clients' password (`spec.auth`) brought to the
+//!   running members with `ACL SETUSER`, new beside old, then new only.
 //! - [`observer`]: one task per member keeping its latest `INFO` fresh, so
 //!   that a round waits for no silent member.
 //! - [`topology`]: the pure planner: who is primary, whom to promote, whom
@@ -57,14 +60,18 @@
 //! is the old primary free to go. Without FORCE, Redis aborts rather than
 //! lose writes. Scale-down never picks the primary.
 //!
-//! **Auth.** `spec.auth` names a Secret key. The container gets it as an
-//! environment variable from `secretKeyRef`; a `sh -c` script writes it,
-//! quoted for redis.conf, as `requirepass` and `masterauth` lines to
-//! redis-server's standard input (see [`config::AUTH_SCRIPT`]), so the
-//! password is in neither the Pod spec, nor redis-server's command line or
+//! **Auth.** Every member has the operator's own user
+//! ([`config::OPERATOR_USER`], its password in a Secret podkeeper makes per
+//! Redis); the operator, replication (`masteruser`) and the readiness
+//! probe log in as it. `spec.auth` names a Secret key: the clients'
+//! (`default` user's) password. The container gets both as environment
+//! variables from `secretKeyRef`s; a `sh -c` script writes them, quoted for
+//! redis.conf, as `user`, `masteruser`, `masterauth` and `requirepass`
+//! lines to redis-server's standard input (see [`config::AUTH_SCRIPT`]), so
+//! no password is in the Pod spec, nor redis-server's command line or
 //! environment, nor the operator's logs ([`client::Endpoint`]'s Debug
-//! redacts it). The probe's redis-cli takes it from `REDISCLI_AUTH`. The
-//! operator reads the same Secret to log in.
+//! redacts them). A changed clients' password reaches running members
+//! through [`clients`].
 //!
 //! **Links.** A replica that follows the right address but whose link is
 //! down is left to Redis, which reconnects every second (`REPLICAOF` to the
