@@ -204,6 +204,20 @@ fn restored_condition(r: &Redis) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Secret `s3` with object store credentials (that no store takes).
+async fn s3_secret(env: &TestEnv) {
+    let secrets: Api<Secret> = env.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
 async fn members(env: &TestEnv, redis: &str) -> Vec<Pod> {
     let pods: Api<Pod> = env.api();
     pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={redis}")))
@@ -217,16 +231,7 @@ async fn a_restore_starts_no_member_without_its_backup_and_every_member_with_the
     let env = TestEnv::new("restore").await;
     let _op = Operator::start(&env.namespace, &["--restore-image", "podkeeper:local-test"]);
     let api: Api<Redis> = env.api();
-    let secrets: Api<Secret> = env.api();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
-    }))
-    .unwrap();
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    s3_secret(&env).await;
     let store = json!({"endpoint": "http://127.0.0.1:9", "bucket": "backups", "credentials": {"secretName": "s3"}});
     let sha = "ab".repeat(32);
 
@@ -448,16 +453,7 @@ async fn a_restore_whose_pod_creates_are_refused_says_so_and_starts_every_member
  {
     let env = TestEnv::new("restore-refused").await;
     let _op = Operator::start(&env.namespace, &["--restore-image", "podkeeper:local-test"]);
-    let secrets: Api<Secret> = env.api();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
-    }))
-    .unwrap();
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    s3_secret(&env).await;
     let policy =
         Policy::refuse_unless(&env, "CREATE", "false", "test policy refuses Pod CREATE").await;
     creates_refused(&env, true).await;

@@ -15,7 +15,7 @@ use podkeeper::api::Redis;
 use podkeeper::api::backup::{RedisBackup, phase};
 use podkeeper::api::names::{ROLE_LABEL, SCHEDULE_LABEL};
 use podkeeper::backup::controller::MAX_ATTEMPTS;
-use podkeeper_dev::bench::redis::session::InvariantWatch;
+use podkeeper_dev::bench::redis::session::{InvariantWatch, Session};
 use podkeeper_dev::bench::redis::{self as bench, backup, writer};
 use podkeeper_dev::kind::object_store as store;
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, local_path_helper_image};
@@ -101,19 +101,32 @@ async fn in_store_mounted(env: &TestEnv, script: &str, read_only: bool) -> Strin
     log
 }
 
+/// A Redis `name` of `members` members, settled, with the client writing
+/// through its Service (500 writes accepted) and watched at every event;
+/// the object store's credentials copied in as Secret `s3`. Returns the
+/// Redis, the Service's address, the watch and the credentials.
+async fn under_writes(
+    s: &Session,
+    name: &str,
+    members: i32,
+) -> (Redis, String, InvariantWatch, (String, String)) {
+    s.create_redis(name, members, REDIS_IMAGE).await.unwrap();
+    let (r, _) = s.settled(name, members as usize, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(500).await.unwrap();
+    let watch = InvariantWatch::start(s, name);
+    let credentials = backup::copy_store_credentials(s, "s3").await.unwrap();
+    (r, host, watch, credentials)
+}
+
 #[tokio::test]
 async fn a_backup_under_writes_comes_from_a_replica_and_is_the_object_in_the_bucket() {
     let env = TestEnv::new("kind-backup").await;
     let s = session(&env).await;
     let name = "cache";
-    s.create_redis(name, 3, REDIS_IMAGE).await.unwrap();
-    let (r, _) = s.settled(name, 3, TIMEOUT).await.unwrap();
+    let (r, host, watch, _) = under_writes(&s, name, 3).await;
     let primary = r.primary_pod().unwrap().to_string();
-    let host = s.cluster_ip(name).await.unwrap();
-    s.start_writer(&host, 6379, 1).await.unwrap();
-    s.writes_accepted(500).await.unwrap();
-    let watch = InvariantWatch::start(&s, name);
-    backup::copy_store_credentials(&s, "s3").await.unwrap();
 
     create_backup(&env, "first", name, "kind-tests").await;
     let done = finished(&env, "first", TIMEOUT).await;
@@ -145,13 +158,7 @@ async fn scheduled_backups_under_writes_are_taken_and_pruned_with_their_objects(
     let env = TestEnv::new("kind-backup-schedule").await;
     let s = session(&env).await;
     let name = "cache";
-    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
-    s.settled(name, 2, TIMEOUT).await.unwrap();
-    let host = s.cluster_ip(name).await.unwrap();
-    s.start_writer(&host, 6379, 1).await.unwrap();
-    s.writes_accepted(500).await.unwrap();
-    let watch = InvariantWatch::start(&s, name);
-    backup::copy_store_credentials(&s, "s3").await.unwrap();
+    let (_, host, watch, _) = under_writes(&s, name, 2).await;
 
     let redises: Api<Redis> = env.api();
     redises
@@ -531,13 +538,7 @@ async fn backups_that_cannot_reach_their_store_say_why_and_complete_once_it_is_f
     let env = TestEnv::new("kind-backup-retry").await;
     let s = session(&env).await;
     let name = "cache";
-    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
-    s.settled(name, 2, TIMEOUT).await.unwrap();
-    let host = s.cluster_ip(name).await.unwrap();
-    s.start_writer(&host, 6379, 1).await.unwrap();
-    s.writes_accepted(300).await.unwrap();
-    let watch = InvariantWatch::start(&s, name);
-    let (access_key, secret_key) = backup::copy_store_credentials(&s, "s3").await.unwrap();
+    let (_, host, watch, (access_key, secret_key)) = under_writes(&s, name, 2).await;
 
     // Wrong credentials: the store's key id with a wrong secret.
     let secrets: Api<Secret> = env.api();
@@ -618,13 +619,7 @@ async fn a_backup_whose_status_writes_are_refused_is_taken_once_and_one_deleted_
     let env = TestEnv::new("kind-backup-refused").await;
     let s = session(&env).await;
     let name = "cache";
-    s.create_redis(name, 2, REDIS_IMAGE).await.unwrap();
-    let (r, _) = s.settled(name, 2, TIMEOUT).await.unwrap();
-    let host = s.cluster_ip(name).await.unwrap();
-    s.start_writer(&host, 6379, 1).await.unwrap();
-    s.writes_accepted(300).await.unwrap();
-    let watch = InvariantWatch::start(&s, name);
-    backup::copy_store_credentials(&s, "s3").await.unwrap();
+    let (r, host, watch, _) = under_writes(&s, name, 2).await;
     // The replica waits 20 s before it sends a snapshot (its diskless
     // delay): each try below is surely running while the test acts.
     let replica = r

@@ -200,8 +200,10 @@ async fn scales_zero_five_two_zero_with_restricted_pods_owned_and_labelled() {
         assert_eq!(labels["app.kubernetes.io/managed-by"], "podkeeper");
         assert!(labels.contains_key("podkeeper.dev/template-hash"));
         let c = &p.spec.as_ref().unwrap().containers[0];
+        // Through the start script (the passwords on its stdin).
+        assert_eq!(c.command.as_deref(), Some(&["sh".to_string()][..]));
         assert_eq!(
-            c.args.as_ref().unwrap()[..2],
+            c.args.as_ref().unwrap()[3..5],
             ["--port".to_string(), "6379".to_string()]
         );
         assert!(c.readiness_probe.is_some());
