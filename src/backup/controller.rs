@@ -22,6 +22,7 @@ use super::take::Source;
 use crate::api::backup::{ObjectStoreSpec, RedisBackup, RedisBackupStatus, phase};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::Redis;
+use crate::redis::replication::config::{OPERATOR_SECRET_KEY, OPERATOR_USER, operator_secret_name};
 use crate::runtime::Error;
 use crate::runtime::events::{EventRecorder, EventType};
 
@@ -198,13 +199,18 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         .status
         .and_then(|s| s.pod_ip)
         .ok_or_else(|| format!("Pod {member} has no IP"))?;
-    let auth = match &redis.spec.auth {
-        Some(a) => Some((
-            None,
-            secret_value(client, &ns, &a.secret_name, &a.key).await?,
-        )),
-        None => None,
-    };
+    // As the operator's own user, which every member has: a change of the
+    // clients' password (spec.auth) does not fail a backup.
+    let auth = Some((
+        Some(OPERATOR_USER.to_string()),
+        secret_value(
+            client,
+            &ns,
+            &operator_secret_name(&redis.name_any()),
+            OPERATOR_SECRET_KEY,
+        )
+        .await?,
+    ));
     let location = location(client, &ns, &b.spec.destination).await?;
     Ok(Plan {
         source: Source {
