@@ -503,23 +503,29 @@ fn settings(redis: &Redis) -> Settings {
 }
 
 /// The password `spec.auth` names (made when its Secret does not exist).
-async fn password(redis: &Redis, ctx: &Context, owner: &Owner) -> Result<Option<String>, String> {
+async fn password(
+    redis: &Redis,
+    ctx: &Context,
+    owner: &Owner,
+    may_make: bool,
+) -> Result<Option<String>, String> {
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
-    secret_password(ctx, owner, &auth.secret_name, &auth.key)
+    secret_password(ctx, owner, &auth.secret_name, &auth.key, may_make)
         .await
         .map(Some)
 }
 
 /// The password of the operator's own user in the members (made with the
 /// Redis, in a Secret it owns).
-async fn operator_password(ctx: &Context, owner: &Owner) -> Result<String, String> {
+async fn operator_password(ctx: &Context, owner: &Owner, may_make: bool) -> Result<String, String> {
     secret_password(
         ctx,
         owner,
         &config::operator_secret_name(&owner.name),
         config::OPERATOR_SECRET_KEY,
+        may_make,
     )
     .await
 }
@@ -527,17 +533,23 @@ async fn operator_password(ctx: &Context, owner: &Owner) -> Result<String, Strin
 /// The password under `key` in Secret `name`, read with a GET (the operator
 /// may not list or watch Secrets); a Secret that does not exist yet is
 /// created with a generated password, owned by the Redis (so it goes with
-/// it).
+/// it), if `may_make`.
 async fn secret_password(
     ctx: &Context,
     owner: &Owner,
     name: &str,
     key: &str,
+    may_make: bool,
 ) -> Result<String, String> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
     let secret = match api.get_opt(name).await {
         Ok(Some(secret)) => secret,
+        Ok(None) if !may_make => {
+            return Err(format!(
+                "Secret {name} not found; it is not made again once the Redis has served (its members' password would no longer match): restore it"
+            ));
+        }
         Ok(None) => match api
             .create(
                 &PostParams {
@@ -730,8 +742,15 @@ impl Extras<Redis> for ReplicationExtras {
         // switchover goes to a member there.
         retiring.extend(self.cordoned(&pods));
         let restore = self.restore_state(redis, ctx, owner, &pods, plan).await;
-        let logins =
-            futures::future::try_join(password(redis, ctx, owner), operator_password(ctx, owner));
+        // A password is made only until the Redis has had a primary: one
+        // made for a Secret deleted later would be pushed to the serving
+        // members (the clients' one) or match none of them (the
+        // operator's).
+        let may_make = recorded.is_none();
+        let logins = futures::future::try_join(
+            password(redis, ctx, owner, may_make),
+            operator_password(ctx, owner, may_make),
+        );
         let (password, operator) = match logins.await {
             Ok(p) => p,
             Err(message) => {

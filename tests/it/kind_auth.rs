@@ -2,7 +2,7 @@
 //! its Secret while a client writes reaches every running member without a
 //! restart, old and new both taken until every member has the new one, and
 //! leaves neither the operator (its own Redis user) nor replication locked
-//! out.
+//! out; the Secret deleted meanwhile is reported, not made again.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -63,7 +63,7 @@ fn login(s: &Session, ip: &str, password: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_and_loses_no_write()
+async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_a_deleted_one_is_not_replaced_and_no_write_is_lost()
 {
     let env = TestEnv::new("kind-auth").await;
     let s = session(&env).await;
@@ -133,6 +133,47 @@ async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_
     // configuration would.
     set_password("new-password");
     s.writes_accepted(200).await.unwrap();
+
+    // The Secret deleted while the Redis serves: not made again with
+    // another password (which would lock the clients out), reported, and
+    // the members serve on; put back, it is read again.
+    let kept = secrets.get("cache-auth").await.unwrap();
+    secrets
+        .delete("cache-auth", &Default::default())
+        .await
+        .unwrap();
+    let redises: Api<Redis> = env.api();
+    wait_for("AuthSecretUnreadable", TIMEOUT, || async {
+        let r = redises.get(name).await.ok()?;
+        let c = r
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Replicated")?;
+        (c.reason == "AuthSecretUnreadable" && c.message.contains("not made again")).then_some(())
+    })
+    .await;
+    assert!(secrets.get_opt("cache-auth").await.unwrap().is_none());
+    s.writes_accepted(100).await.unwrap();
+    let back: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cache-auth"},
+        "data": kept.data,
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &back).await.unwrap();
+    wait_for("the Secret read again", TIMEOUT, || async {
+        let r = redises.get(name).await.ok()?;
+        let c = r
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Replicated")?;
+        (c.reason != "AuthSecretUnreadable").then_some(())
+    })
+    .await;
+    for (_, ip, _) in members(&env, name).await.values() {
+        assert_eq!(login(&s, ip, "new-password"), "PONG");
+    }
 
     // The operator still acts on every member: the primary goes, another
     // takes over, and writes go on.

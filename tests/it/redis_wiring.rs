@@ -336,6 +336,14 @@ async fn auth_config_and_failover_are_validated() {
     );
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/locked"]);
     assert!(ok && out.contains("SecretCreated"), "{out}");
+    // The operator's own user's password too, owned by the Redis.
+    let own = secrets.get("locked-podkeeper").await.unwrap();
+    assert_eq!(secret_value(&own, "password").len(), 32);
+    assert!(
+        own.owner_references()
+            .iter()
+            .any(|o| o.uid == r.uid().unwrap())
+    );
 
     // A Secret the user made is used as it is, never overwritten; one
     // without the key is reported.
