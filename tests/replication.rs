@@ -431,6 +431,7 @@ impl Set {
             &Access {
                 password: self.password.as_deref(),
                 operator: Some(OPERATOR_PASSWORD),
+                manage_clients: true,
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
             },
@@ -1067,6 +1068,7 @@ async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_n
     let access = Access {
         password: None,
         operator: Some(OPERATOR_PASSWORD),
+        manage_clients: true,
         timeouts: timeouts(),
         route: &Route::PodNetwork,
     };

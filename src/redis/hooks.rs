@@ -747,36 +747,48 @@ impl Extras<Redis> for ReplicationExtras {
         // members (the clients' one) or match none of them (the
         // operator's).
         let may_make = recorded.is_none();
-        let logins = futures::future::try_join(
+        let (password, operator) = futures::future::join(
             password(redis, ctx, owner, may_make),
             operator_password(ctx, owner, may_make),
-        );
-        let (password, operator) = match logins.await {
-            Ok(p) => p,
-            Err(message) => {
-                ctx.executor
-                    .event(
-                        owner,
-                        EventType::Warning,
-                        "AuthSecretUnreadable",
-                        "ReadSecret",
-                        message.clone(),
-                    )
-                    .await;
-                return Replication {
-                    primary: recorded.as_ref().map(act::status_of),
-                    members: redis
-                        .status
-                        .as_ref()
-                        .map(|s| s.members.clone())
-                        .unwrap_or_default(),
-                    condition: Some(("False", "AuthSecretUnreadable", message)),
-                    requeue_after_seconds: Some(5),
-                    services_pending: Vec::new(),
-                    restore,
-                };
-            }
-        };
+        )
+        .await;
+        // A password Secret that cannot be read is reported; the round goes
+        // on while the operator can still log in (as its own user, or with
+        // the clients' password), so failover does not wait for the Secret.
+        // The clients' password is left as the members have it meanwhile.
+        let unreadable = [password.as_ref().err(), operator.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if !unreadable.is_empty() {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "AuthSecretUnreadable",
+                    "ReadSecret",
+                    unreadable.clone(),
+                )
+                .await;
+        }
+        let clients_known = password.is_ok();
+        let (password, operator) = (password.ok().flatten(), operator.ok());
+        if operator.is_none() && !clients_known {
+            return Replication {
+                primary: recorded.as_ref().map(act::status_of),
+                members: redis
+                    .status
+                    .as_ref()
+                    .map(|s| s.members.clone())
+                    .unwrap_or_default(),
+                condition: Some(("False", "AuthSecretUnreadable", unreadable)),
+                requeue_after_seconds: Some(5),
+                services_pending: Vec::new(),
+                restore,
+            };
+        }
         let port = u16::try_from(redis.spec.port).unwrap_or(6379);
         let refs = pod_refs(&pods, port, &retiring);
         let silence = self.silence(owner);
@@ -803,7 +815,8 @@ impl Extras<Redis> for ReplicationExtras {
             &settings(redis),
             &Access {
                 password: password.as_deref(),
-                operator: Some(&operator),
+                operator: operator.as_deref(),
+                manage_clients: clients_known,
                 timeouts: self.timeouts,
                 route: &self.route(&owner.namespace),
             },
@@ -931,6 +944,12 @@ impl Extras<Redis> for ReplicationExtras {
         let members = act::member_statuses_after(&round.members, &round.outcome.done);
         let condition =
             crate::redis::simulated::replicated_condition(&pods, &members).unwrap_or(condition);
+        // The unreadable Secret is what a person must act on.
+        let condition = if unreadable.is_empty() {
+            condition
+        } else {
+            ("False", "AuthSecretUnreadable", unreadable)
+        };
         Replication {
             primary: round.primary,
             members,

@@ -184,6 +184,9 @@ pub struct Access<'a> {
     pub password: Option<&'a str>,
     /// The operator's own user's password (see [`Endpoint::operator`]).
     pub operator: Option<&'a str>,
+    /// Whether `password` is what the members should have (its Secret was
+    /// read): only then are they brought to it.
+    pub manage_clients: bool,
     pub timeouts: Timeouts,
     pub route: &'a Route,
 }
@@ -195,6 +198,7 @@ impl<'a> Access<'a> {
         Access {
             password: None,
             operator: None,
+            manage_clients: true,
             timeouts: Timeouts { deadline },
             route,
         }
@@ -812,6 +816,7 @@ pub(crate) mod tests {
         let access = Access {
             password,
             operator: None,
+            manage_clients: true,
             timeouts: Timeouts { deadline: DEADLINE },
             route: &route,
         };

@@ -109,6 +109,9 @@ pub async fn converge(
     connections: &Connections,
     ledger: &Ledger,
 ) -> Vec<(String, ClientError)> {
+    if !access.manage_clients {
+        return Vec::new();
+    }
     let answering: Vec<(&Member, &str)> = members
         .iter()
         .filter_map(|m| Some((m, m.info()?.run_id.as_str())))

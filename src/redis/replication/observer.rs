@@ -254,6 +254,8 @@ async fn observe_member(
     let access = Access {
         password: endpoint.password.as_deref(),
         operator: endpoint.operator.as_deref(),
+        // The observer only asks INFO.
+        manage_clients: false,
         timeouts,
         route: &route,
     };
