@@ -1,8 +1,8 @@
 //! The Redis kind's [`Extras`]: replication and the two Services.
 //!
 //! Before the engine acts ([`Extras::steer`]), one round of
-//! [`crate::redis::replication::act`]: the password from the Secret `spec.auth`
-//! names, every member observed at once (with timeouts), the planner, its
+//! [`crate::redis::replication::act`]: the passwords from their Secrets
+//! ([`crate::redis::auth`]), every member observed at once (with timeouts), the planner, its
 //! commands (fences, the promotion, repoints, or a `FAILOVER`), the role
 //! labels moved, and the primary kept out of the engine's deletions until
 //! it has handed its role over. After ([`Extras::apply`]), the Services
@@ -13,12 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret, Service,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
@@ -28,9 +26,9 @@ use crate::api::redis::{MemberStatus, PrimaryStatus, REPLICATED_CONDITION};
 use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
+use crate::redis::auth;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
-use crate::redis::replication::config;
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
@@ -502,144 +500,6 @@ fn settings(redis: &Redis) -> Settings {
     }
 }
 
-/// The password `spec.auth` names (made when its Secret does not exist).
-async fn password(
-    redis: &Redis,
-    ctx: &Context,
-    owner: &Owner,
-    may_make: bool,
-) -> Result<Option<String>, String> {
-    let Some(auth) = &redis.spec.auth else {
-        return Ok(None);
-    };
-    secret_password(ctx, owner, &auth.secret_name, &auth.key, may_make)
-        .await
-        .map(Some)
-}
-
-/// The password of the operator's own user in the members (made with the
-/// Redis, in a Secret it owns).
-async fn operator_password(ctx: &Context, owner: &Owner, may_make: bool) -> Result<String, String> {
-    secret_password(
-        ctx,
-        owner,
-        &config::operator_secret_name(&owner.name),
-        config::OPERATOR_SECRET_KEY,
-        may_make,
-    )
-    .await
-}
-
-/// The password under `key` in Secret `name`, read with a GET (the operator
-/// may not list or watch Secrets); a Secret that does not exist yet is
-/// created with a generated password, owned by the Redis (so it goes with
-/// it), if `may_make`.
-async fn secret_password(
-    ctx: &Context,
-    owner: &Owner,
-    name: &str,
-    key: &str,
-    may_make: bool,
-) -> Result<String, String> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
-    let secret = match api.get_opt(name).await {
-        Ok(Some(secret)) => secret,
-        Ok(None) if !may_make => {
-            return Err(format!(
-                "Secret {name} not found; it is not made again once the Redis has served (its members' password would no longer match): restore it"
-            ));
-        }
-        Ok(None) => match api
-            .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &generated_secret(owner, name, key, &generate_password()),
-            )
-            .await
-        {
-            Ok(secret) => {
-                ctx.executor
-                    .event(
-                        owner,
-                        EventType::Normal,
-                        "SecretCreated",
-                        "CreateSecret",
-                        format!("Created Secret {name} with a generated password under key {key}"),
-                    )
-                    .await;
-                secret
-            }
-            // Created meanwhile (by the user, or a retried request).
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                api.get(name).await.map_err(|e| unreadable(&e))?
-            }
-            Err(e) => {
-                return Err(format!("cannot create Secret {name}: {}", api_message(&e)));
-            }
-        },
-        Err(e) => return Err(unreadable(&e)),
-    };
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|s| s.clone().into_bytes())
-        })
-        .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
-    String::from_utf8(bytes).map_err(|_| format!("Secret {name} key {key} is not UTF-8"))
-}
-
-/// 32 letters and digits from the thread's CSPRNG (about 190 bits).
-pub fn generate_password() -> String {
-    use rand::RngExt;
-    rand::rng()
-        .sample_iter(rand::distr::Alphanumeric)
-        .take(32)
-        .map(char::from)
-        .collect()
-}
-
-/// The Secret podkeeper creates for a password it makes (`spec.auth`
-/// naming a Secret that does not exist, or the operator's own user): the
-/// password under `key`, owned by the Redis. Pure.
-pub fn generated_secret(owner: &Owner, name: &str, key: &str, password: &str) -> Secret {
-    let mut reference = owner.reference.clone();
-    // Owned for garbage collection, not controlled: the Pods' controller
-    // reference is the Redis's, and a Secret is no Pod of the set.
-    reference.controller = None;
-    reference.block_owner_deletion = None;
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(owner.namespace.clone()),
-            labels: Some(
-                [
-                    ("app.kubernetes.io/managed-by", "podkeeper"),
-                    ("app.kubernetes.io/name", "redis"),
-                    ("app.kubernetes.io/instance", owner.name.as_str()),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ),
-            owner_references: Some(vec![reference]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        string_data: Some([(key.to_string(), password.to_string())].into()),
-        ..Default::default()
-    }
-}
-
 fn cause_text(cause: Cause) -> &'static str {
     match cause {
         Cause::NoRecord => "no primary was recorded",
@@ -748,8 +608,8 @@ impl Extras<Redis> for ReplicationExtras {
         // operator's).
         let may_make = recorded.is_none();
         let (password, operator) = futures::future::join(
-            password(redis, ctx, owner, may_make),
-            operator_password(ctx, owner, may_make),
+            auth::password(redis, ctx, owner, may_make),
+            auth::operator_password(ctx, owner, may_make),
         )
         .await;
         // A password Secret that cannot be read is reported; the round goes
@@ -1144,45 +1004,5 @@ mod tests {
             !container_stopped(&pod("a", None, None)),
             "no statuses yet: not known to have stopped"
         );
-    }
-
-    #[test]
-    fn a_generated_password_is_32_letters_and_digits_and_never_repeats() {
-        let (a, b) = (generate_password(), generate_password());
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()), "{a}");
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn the_generated_secret_holds_the_key_and_goes_with_the_redis() {
-        let spec = serde_json::from_value(serde_json::json!({"replicas": 1, "image": "redis:7"}));
-        let mut r = Redis::new("cache", spec.unwrap());
-        r.metadata.namespace = Some("ns".into());
-        r.metadata.uid = Some("u-1".into());
-        r.spec.auth = Some(crate::api::redis::AuthSpec {
-            secret_name: "cache-auth".into(),
-            key: "password".into(),
-        });
-        let owner = Owner::of(&r, "Redis");
-        let s = generated_secret(&owner, "cache-auth", "password", "pw");
-        assert_eq!(s.metadata.name.as_deref(), Some("cache-auth"));
-        assert_eq!(s.metadata.namespace.as_deref(), Some("ns"));
-        assert_eq!(
-            s.string_data
-                .as_ref()
-                .and_then(|d| d.get("password"))
-                .map(String::as_str),
-            Some("pw")
-        );
-        let refs = s.metadata.owner_references.unwrap();
-        assert_eq!(refs.len(), 1);
-        assert_eq!(
-            (refs[0].kind.as_str(), refs[0].uid.as_str()),
-            ("Redis", "u-1")
-        );
-        // Garbage-collected with the Redis, but not one of its controlled
-        // objects.
-        assert_eq!(refs[0].controller, None);
     }
 }

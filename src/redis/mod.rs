@@ -3,6 +3,7 @@
 //! cordons ([`disruption`]) and status ([`status`]), all pure, and its I/O hooks ([`hooks`]); the generic reconciler in [`crate::podset::reconcile`] does the
 //! rest.
 
+pub mod auth;
 pub mod disruption;
 pub mod hooks;
 pub mod pod;
