@@ -310,7 +310,7 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                         )
                         .await;
                 }
-                Err(why) if why.starts_with(super::ABANDONED) => {
+                Err(why @ super::CopyError::Abandoned(_)) => {
                     info!(backup = %b.name_any(), %why, "backup abandoned");
                     ctx.recorder
                         .publish(
@@ -322,7 +322,7 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                         )
                         .await;
                 }
-                Err(why) => {
+                Err(super::CopyError::Failed(why)) => {
                     let last = failed(&mut status, &why);
                     record(&ctx.client, &b, &status).await;
                     publish_failure(&ctx, &b, &status, last, &why).await;

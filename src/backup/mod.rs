@@ -33,8 +33,16 @@ use rdb::Snapshot;
 use store::Location;
 use take::Source;
 
-/// How [`copy`]'s error begins when the backup was deleted during the try.
-pub const ABANDONED: &str = "the backup was deleted during its try";
+/// Why a try ended without a backup.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The backup was no longer wanted when the snapshot was whole.
+    #[error("the backup was deleted during its try; the upload of {0} was aborted")]
+    Abandoned(String),
+    /// Which side failed, and why.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// One try: the snapshot streamed from the member `source` into a
 /// multipart upload of `key` at `location`, completed only if the whole
@@ -46,8 +54,8 @@ pub async fn copy(
     location: &Location,
     key: &str,
     still_wanted: impl std::future::Future<Output = bool>,
-) -> Result<Snapshot, String> {
-    let s3 = store::open(location).map_err(|e| format!("object store: {e}"))?;
+) -> Result<Snapshot, CopyError> {
+    let s3 = store::open(location).map_err(|e| CopyError::Failed(format!("object store: {e}")))?;
     let (tx, rx) = mpsc::channel(8);
     let (verdict_tx, verdict_rx) = oneshot::channel();
     let upload = store::upload(&s3, key, rx, verdict_rx);
@@ -60,11 +68,15 @@ pub async fn copy(
     let (uploaded, (taken, wanted)) = futures::join!(upload, taking);
     match (taken, uploaded) {
         (Ok(snapshot), Ok(_)) => Ok(snapshot),
-        (Ok(_), Err(_)) if !wanted => Err(format!("{ABANDONED}; the upload of {key} was aborted")),
+        (Ok(_), Err(_)) if !wanted => Err(CopyError::Abandoned(key.to_string())),
         // The upload failed first and stopped the taking: its error says why.
-        (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => {
-            Err(format!("uploading {key}: {}", store::describe(&e)))
-        }
-        (Err(e), _) => Err(format!("taking the snapshot from {}: {e}", source.addr)),
+        (Err(take::TakeError::SinkGone) | Ok(_), Err(e)) => Err(CopyError::Failed(format!(
+            "uploading {key}: {}",
+            store::describe(&e)
+        ))),
+        (Err(e), _) => Err(CopyError::Failed(format!(
+            "taking the snapshot from {}: {e}",
+            source.addr
+        ))),
     }
 }

@@ -177,6 +177,18 @@ mod tests {
         r
     }
 
+    /// The Secret and key an environment variable is read from.
+    fn secret_ref(e: &k8s_openapi::api::core::v1::EnvVar) -> (&str, &str) {
+        let r = e
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        (r.name.as_str(), r.key.as_str())
+    }
+
     fn tmpl(r: &Redis) -> PodTemplateSpec {
         pod_template(r).unwrap()
     }
@@ -207,17 +219,8 @@ mod tests {
         );
         let env = c.env.as_ref().unwrap();
         assert_eq!(env.len(), 1, "no clients' password without spec.auth");
-        let sel = env[0]
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!(
-            (env[0].name.as_str(), sel.name.as_str(), sel.key.as_str()),
-            ("PODKEEPER_PASSWORD", "cache-podkeeper", "password")
-        );
+        assert_eq!(env[0].name, "PODKEEPER_PASSWORD");
+        assert_eq!(secret_ref(&env[0]), ("cache-podkeeper", "password"));
         let h1 = revision_of(&t);
         assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));
         assert_ne!(h1, revision_of(&tmpl(&redis(7001, "redis:7"))));
@@ -479,14 +482,7 @@ mod tests {
         let env = &c.env.as_ref().unwrap()[1];
         assert_eq!(env.name, crate::redis::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
-        let sel = env
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("pw", "password"));
+        assert_eq!(secret_ref(env), ("pw", "password"));
         assert_eq!(c.command.as_ref().unwrap(), &["sh".to_string()]);
         let args = c.args.as_ref().unwrap().join(" ");
         assert!(

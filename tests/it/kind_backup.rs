@@ -620,7 +620,7 @@ async fn a_backup_whose_status_writes_are_refused_is_taken_once_and_one_deleted_
     let s = session(&env).await;
     let name = "cache";
     let (r, host, watch, _) = under_writes(&s, name, 2).await;
-    // The replica waits 20 s before it sends a snapshot (its diskless
+    // The replica waits 30 s before it sends a snapshot (its diskless
     // delay): each try below is surely running while the test acts.
     let replica = r
         .status
@@ -632,7 +632,7 @@ async fn a_backup_whose_status_writes_are_refused_is_taken_once_and_one_deleted_
         .unwrap()
         .pod
         .clone();
-    s.redis_cli(&replica, 6379, "config set repl-diskless-sync-delay 20")
+    s.redis_cli(&replica, 6379, "config set repl-diskless-sync-delay 30")
         .unwrap();
     let backups: Api<RedisBackup> = env.api();
     let running = |backup_name: &'static str| {

@@ -230,7 +230,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
         ready(true),
     )
     .await
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         e.starts_with("uploading a.rdb: SignatureDoesNotMatch: "),
         "{e}"
@@ -243,7 +244,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
     };
     let e = backup::copy(&source(&replica), &missing, "m.rdb", ready(true))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("uploading m.rdb: NoSuchBucket: "), "{e}");
     let nowhere = Location {
         endpoint: format!("http://{LOOPBACK}:{}", free_port()),
@@ -251,7 +253,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
     };
     let e = backup::copy(&source(&replica), &nowhere, "n.rdb", ready(true))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("uploading n.rdb"), "{e}");
     assert!(e.contains("error sending request"), "{e}");
 
@@ -264,7 +267,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
         ready(false),
     )
     .await
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("deleted during its try"), "{e}");
 
     // A replica not linked to a primary refuses to serve a snapshot.
@@ -276,7 +280,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
         ready(true),
     )
     .await
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("NOMASTERLINK"), "{e}");
 
     // A member whose connection ends in the middle of its snapshot, after
@@ -326,7 +331,8 @@ async fn a_backup_that_cannot_complete_leaves_no_object() {
     };
     let e = backup::copy(&cut, &store.location(SECRET_KEY), "cut.rdb", ready(true))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     member.await.unwrap();
     assert!(
         e.contains("closed the connection before the snapshot's end"),

@@ -10,7 +10,8 @@
 //!
 //! Without `spec.auth`, `default` needs no password. What each member's
 //! process (by its run id) was given is remembered, so a member is asked
-//! once per process and change. [`steps`] decides; [`converge`] asks.
+//! once per process and change. [`steps`] decides what each is given;
+//! [`converge`] asks.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,35 +34,28 @@ pub enum Given {
     Open,
 }
 
-/// What to give a member.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    Add,
-    Only,
-    Open,
-}
-
 /// The SHA-256 of a password, hex (what Redis shows in `ACL GETUSER`).
 pub fn digest(password: &str) -> String {
     format!("{:x}", Sha256::digest(password.as_bytes()))
 }
 
-/// The steps for the members that answer (`given`: what each one's
-/// process was given so far), towards `desired` (the password's digest;
-/// `None`: no password). Pure.
-pub fn steps(given: &[(&str, Option<&Given>)], desired: Option<&str>) -> Vec<(String, Step)> {
+/// What to give each member that answers (`given`: what its process was
+/// given so far), towards `desired` (the password's digest; `None`: no
+/// password): the new password beside the old ones until every member has
+/// it, then it alone. Pure.
+pub fn steps(given: &[(&str, Option<&Given>)], desired: Option<&str>) -> Vec<(String, Given)> {
     let Some(want) = desired else {
         return given
             .iter()
             .filter(|(_, g)| *g != Some(&Given::Open))
-            .map(|(pod, _)| (pod.to_string(), Step::Open))
+            .map(|(pod, _)| (pod.to_string(), Given::Open))
             .collect();
     };
     let has = |g: &Option<&Given>| matches!(g, Some(Given::Added(d) | Given::Only(d)) if d == want);
-    let adding: Vec<(String, Step)> = given
+    let adding: Vec<(String, Given)> = given
         .iter()
         .filter(|(_, g)| !has(g))
-        .map(|(pod, _)| (pod.to_string(), Step::Add))
+        .map(|(pod, _)| (pod.to_string(), Given::Added(want.to_string())))
         .collect();
     if !adding.is_empty() {
         return adding;
@@ -69,7 +63,7 @@ pub fn steps(given: &[(&str, Option<&Given>)], desired: Option<&str>) -> Vec<(St
     given
         .iter()
         .filter(|(_, g)| !matches!(g, Some(Given::Only(d)) if d == want))
-        .map(|(pod, _)| (pod.to_string(), Step::Only))
+        .map(|(pod, _)| (pod.to_string(), Given::Only(want.to_string())))
         .collect()
 }
 
@@ -116,51 +110,48 @@ pub async fn converge(
         .iter()
         .filter_map(|m| Some((m, m.info()?.run_id.as_str())))
         .collect();
-    let given: Vec<(&str, Option<Given>)> = answering
+    let given: Vec<Option<Given>> = answering
         .iter()
-        .map(|(m, run_id)| (m.pod.as_str(), ledger.of(&m.pod, run_id)))
+        .map(|(m, run_id)| ledger.of(&m.pod, run_id))
         .collect();
-    let view: Vec<(&str, Option<&Given>)> = given.iter().map(|(p, g)| (*p, g.as_ref())).collect();
+    let view: Vec<(&str, Option<&Given>)> = answering
+        .iter()
+        .zip(&given)
+        .map(|((m, _), g)| (m.pod.as_str(), g.as_ref()))
+        .collect();
     let want = access.password.map(digest);
-    let due = steps(&view, want.as_deref());
-    let answering = &answering;
-    let results = join_all(due.iter().map(|(pod, step)| async move {
-        let (m, _) = answering.iter().find(|(m, _)| &m.pod == pod)?;
-        let ip = m.ip.as_deref()?;
+    let due: Vec<(&Member, &str, Given)> = steps(&view, want.as_deref())
+        .into_iter()
+        .filter_map(|(pod, step)| {
+            let (m, run_id) = answering.iter().find(|(m, _)| m.pod == pod)?;
+            Some((*m, *run_id, step))
+        })
+        .collect();
+    let results = join_all(due.iter().map(|(m, _, step)| async move {
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg("default").arg("on");
         match (step, access.password) {
-            (Step::Add, Some(p)) => cmd.arg(format!(">{p}")),
-            (Step::Only, Some(p)) => cmd.arg("resetpass").arg(format!(">{p}")),
+            (Given::Added(_), Some(p)) => cmd.arg(format!(">{p}")),
+            (Given::Only(_), Some(p)) => cmd.arg("resetpass").arg(format!(">{p}")),
             _ => cmd.arg("nopass"),
         };
-        let r = connections
+        let ip = m.ip.as_deref().unwrap_or_default();
+        connections
             .call(
                 access,
-                pod,
+                &m.pod,
                 &access.endpoint(ip, m.port),
                 "ACL SETUSER",
                 |node: Node| async move { node.command::<()>(&cmd).await },
             )
-            .await;
-        Some(r)
+            .await
     }))
     .await;
     let mut errors = Vec::new();
-    for ((pod, step), r) in due.into_iter().zip(results) {
-        let run_id = answering
-            .iter()
-            .find(|(m, _)| m.pod == pod)
-            .map(|(_, r)| *r)
-            .unwrap_or_default();
-        match (r, &want) {
-            (Some(Ok(())), Some(d)) if step == Step::Add => {
-                ledger.note(&pod, run_id, Given::Added(d.clone()));
-            }
-            (Some(Ok(())), Some(d)) => ledger.note(&pod, run_id, Given::Only(d.clone())),
-            (Some(Ok(())), None) => ledger.note(&pod, run_id, Given::Open),
-            (Some(Err(e)), _) => errors.push((pod, e)),
-            (None, _) => {}
+    for ((m, run_id, step), r) in due.into_iter().zip(results) {
+        match r {
+            Ok(()) => ledger.note(&m.pod, run_id, step),
+            Err(e) => errors.push((m.pod.clone(), e)),
         }
     }
     errors
@@ -179,14 +170,16 @@ mod tests {
             &[("a", Some(&only_old)), ("b", Some(&only_old))],
             Some(&new),
         );
-        assert_eq!(s, [("a".into(), Step::Add), ("b".into(), Step::Add)]);
+        let add = Given::Added(new.clone());
+        assert_eq!(s, [("a".into(), add.clone()), ("b".into(), add.clone())]);
         // One has it: the other still gets it, and no one drops the old.
         let added = Given::Added(new.clone());
         let s = steps(&[("a", Some(&added)), ("b", Some(&only_old))], Some(&new));
-        assert_eq!(s, [("b".into(), Step::Add)]);
+        assert_eq!(s, [("b".into(), add.clone())]);
         // Both have it: each keeps only the new one.
         let s = steps(&[("a", Some(&added)), ("b", Some(&added))], Some(&new));
-        assert_eq!(s, [("a".into(), Step::Only), ("b".into(), Step::Only)]);
+        let only = Given::Only(new.clone());
+        assert_eq!(s, [("a".into(), only.clone()), ("b".into(), only)]);
         // Done: nothing to ask.
         let only_new = Given::Only(new.clone());
         assert!(
@@ -198,7 +191,7 @@ mod tests {
         );
         // A new process (nothing known of it) is given it again.
         let s = steps(&[("a", Some(&only_new)), ("c", None)], Some(&new));
-        assert_eq!(s, [("c".into(), Step::Add)]);
+        assert_eq!(s, [("c".into(), add)]);
     }
 
     #[test]
@@ -208,7 +201,7 @@ mod tests {
             &[("a", Some(&only)), ("b", Some(&Given::Open)), ("c", None)],
             None,
         );
-        assert_eq!(s, [("a".into(), Step::Open), ("c".into(), Step::Open)]);
+        assert_eq!(s, [("a".into(), Given::Open), ("c".into(), Given::Open)]);
     }
 
     #[test]
