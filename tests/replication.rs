@@ -33,6 +33,9 @@ mod net;
 
 #[path = "replication/backup.rs"]
 mod backup;
+
+#[path = "replication/tls.rs"]
+mod tls;
 use net::{Net, Party};
 
 const LOOPBACK: &str = "127.0.0.1";
@@ -434,6 +437,7 @@ impl Set {
                 manage_clients: true,
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
+                tls: None,
             },
             &self.memory,
             Timestamp::now(),
@@ -1071,6 +1075,7 @@ async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_n
         manage_clients: true,
         timeouts: timeouts(),
         route: &Route::PodNetwork,
+        tls: None,
     };
     let start = Instant::now();
     let written = loop {
@@ -1806,7 +1811,7 @@ fn probe_ready(port: u16, password: Option<&str>) -> bool {
     let mut cmd = std::process::Command::new("sh");
     cmd.arg("-c")
         .arg(podkeeper::redis::replication::objects::readiness_command(
-            port,
+            podkeeper::redis::replication::objects::Listener::Plain(port),
         ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())

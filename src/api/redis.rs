@@ -78,6 +78,9 @@ pub const DEFAULT_IMAGE: &str = "redis:7.4.2";
     validation = name_length_rule(),
     validation = name_label_rule(),
     validation = Rule::new("!has(oldSelf.spec.storage) || has(self.spec.storage)").message("spec.storage cannot be removed: the members' data is on their claims"),
+    validation = Rule::new("!has(self.spec.tls) || self.spec.tls.port != self.spec.port").message("spec.tls.port must differ from spec.port (the plaintext port)"),
+    validation = Rule::new("has(oldSelf.spec.tls) || !has(self.spec.tls) || self.spec.tls.plaintext").message("spec.tls must be added to a running Redis with plaintext: true (members started with TLS replicate over it and old ones without cannot: move the clients to TLS, then set plaintext: false)"),
+    validation = Rule::new("!has(oldSelf.spec.tls) || has(self.spec.tls) || oldSelf.spec.tls.plaintext").message("spec.tls can be removed only while plaintext is true (set plaintext: true first and move the clients to the plaintext port)"),
     validation = Rule::new("has(self.spec.restore) == has(oldSelf.spec.restore) && (!has(self.spec.restore) || self.spec.restore == oldSelf.spec.restore)").message("spec.restore is set when a Redis is created and cannot change"),
     doc = "A set of redis-server Pods managed directly by podkeeper"
 )]
@@ -114,6 +117,14 @@ pub struct RedisSpec {
     #[x_kube(validation = Rule::new("size(self.secretName) <= 253 && self.secretName.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.auth.secretName must be a Secret name (a DNS subdomain)"))]
     #[x_kube(validation = Rule::new("size(self.key) >= 1 && size(self.key) <= 253 && self.key.matches('^[-._a-zA-Z0-9]+$')").message("spec.auth.key must be a Secret key (letters, digits, '-', '_', '.')"))]
     pub auth: Option<AuthSpec>,
+
+    /// TLS for clients and replication: a Secret with `tls.crt`, `tls.key`
+    /// and `ca.crt` (cert-manager's layout) or, without `secretName`, a CA
+    /// and a certificate podkeeper issues and renews itself. Certificates
+    /// renewed in the Secret are taken up by every member without a
+    /// restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
 
     /// redis.conf directives, name to value (`maxmemory-policy:
     /// allkeys-lru`, `save: 3600 1 300 100`); a value is split on spaces into
@@ -616,6 +627,10 @@ pub struct RedisStatus {
 
 // Replication: auth, failover, and what the status says of the members.
 
+/// The condition that says whether every member serves the certificate
+/// of the TLS Secret (`spec.tls`).
+pub const CERTIFICATE_CONDITION: &str = "CertificateServed";
+
 /// The type of the condition that says whether replication is complete.
 pub const REPLICATED_CONDITION: &str = "Replicated";
 
@@ -638,6 +653,33 @@ pub struct AuthSpec {
     /// Key in the Secret whose value is the password.
     #[serde(default = "default_auth_key")]
     pub key: String,
+}
+
+/// `spec.tls`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// A Secret in this namespace with `tls.crt` (the members' certificate,
+    /// its chain after it), `tls.key` and `ca.crt` (what the operator and
+    /// the members trust), as cert-manager writes it. The certificate must
+    /// name `<name>.<namespace>.svc`: the operator verifies the members
+    /// against it. Without it, podkeeper keeps its own CA in `<name>-ca`
+    /// and issues `<name>-tls` from it, renewed a month before it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self) <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.tls.secretName must be a Secret name (a DNS subdomain)"))]
+    pub secret_name: Option<String>,
+    /// The TLS port of every member (`tls-port`), from 1234 to 54321.
+    #[serde(default = "default_tls_port")]
+    #[schemars(range(min = 1234, max = 54321))]
+    pub port: i32,
+    /// Whether members also serve plaintext on `spec.port`. While they do,
+    /// replication stays on plaintext; with `false` it goes over TLS too.
+    #[serde(default)]
+    pub plaintext: bool,
+}
+
+fn default_tls_port() -> i32 {
+    6380
 }
 
 fn default_auth_key() -> String {

@@ -122,7 +122,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "podkeeper sets it to 1 s: replicas' traffic from their primary is the second opinion before a failover",
     ),
     ("cluster-", "Redis Cluster mode is not supported"),
-    ("tls-", "TLS is not supported yet"),
+    ("tls-", "podkeeper sets the TLS directives from spec.tls"),
 ];
 
 /// The names of the directives podkeeper sets itself.

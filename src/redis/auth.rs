@@ -99,7 +99,13 @@ async fn secret_password(
         },
         Err(e) => return Err(unreadable(&e)),
     };
-    let bytes = secret
+    let bytes = secret_bytes(&secret, key)?;
+    String::from_utf8(bytes).map_err(|_| format!("Secret {name} key {key} is not UTF-8"))
+}
+
+/// The value under `key` of a Secret, or that it has none.
+pub fn secret_bytes(secret: &Secret, key: &str) -> Result<Vec<u8>, String> {
+    secret
         .data
         .as_ref()
         .and_then(|d| d.get(key))
@@ -111,8 +117,12 @@ async fn secret_password(
                 .and_then(|d| d.get(key))
                 .map(|s| s.clone().into_bytes())
         })
-        .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
-    String::from_utf8(bytes).map_err(|_| format!("Secret {name} key {key} is not UTF-8"))
+        .ok_or_else(|| {
+            format!(
+                "Secret {} has no key {key}",
+                secret.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
 }
 
 /// 32 letters and digits from the thread's CSPRNG (about 190 bits).
@@ -129,6 +139,17 @@ pub fn generate_password() -> String {
 /// naming a Secret that does not exist, or the operator's own user): the
 /// password under `key`, owned by the Redis. Pure.
 pub fn generated_secret(owner: &Owner, name: &str, key: &str, password: &str) -> Secret {
+    owned_secret(owner, name, "Opaque", [(key, password.to_string())])
+}
+
+/// A Secret podkeeper makes for Redis `owner`: `data` as its string data,
+/// of Secret type `type_`, owned by the Redis (so it goes with it). Pure.
+pub fn owned_secret<'a>(
+    owner: &Owner,
+    name: &str,
+    type_: &str,
+    data: impl IntoIterator<Item = (&'a str, String)>,
+) -> Secret {
     let mut reference = owner.reference.clone();
     // Owned for garbage collection, not controlled: the Pods' controller
     // reference is the Redis's, and a Secret is no Pod of the set.
@@ -151,8 +172,8 @@ pub fn generated_secret(owner: &Owner, name: &str, key: &str, password: &str) ->
             owner_references: Some(vec![reference]),
             ..Default::default()
         },
-        type_: Some("Opaque".into()),
-        string_data: Some([(key.to_string(), password.to_string())].into()),
+        type_: Some(type_.into()),
+        string_data: Some(data.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
         ..Default::default()
     }
 }

@@ -27,11 +27,13 @@ use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
 use crate::redis::auth;
+use crate::redis::pod::MemberPorts;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
+use crate::redis::tls;
 use crate::redis::{disruption, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
@@ -95,6 +97,9 @@ pub struct Replication {
     pub services_pending: Vec<String>,
     /// Where the restore of a Redis being restored is (`spec.restore`).
     pub restore: Option<RestoreState>,
+    /// The `CertificateServed` condition (`spec.tls`): status, reason,
+    /// message.
+    pub certificate: Option<(&'static str, &'static str, String)>,
 }
 
 /// Replication and the Services of every Redis.
@@ -421,7 +426,14 @@ impl ReplicationExtras {
 
 /// The member Pods as the replication module sees them. `retiring`: the
 /// Pods the engine is about to delete, and the primary if it is held back.
-pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef> {
+/// `tls_replication`: the set replicates over TLS, so a member that serves
+/// TLS is reached on its TLS port.
+pub fn pod_refs(
+    pods: &[Arc<Pod>],
+    port: u16,
+    retiring: &[String],
+    tls_replication: bool,
+) -> Vec<PodRef> {
     let mut refs: Vec<PodRef> = pods
         .iter()
         .filter(|p| {
@@ -433,6 +445,11 @@ pub fn pod_refs(pods: &[Arc<Pod>], port: u16, retiring: &[String]) -> Vec<PodRef
         .map(|p| {
             let name = p.name_any();
             let status = p.status.as_ref();
+            let ports = MemberPorts::of(p);
+            let port = match ports.tls {
+                Some(tls) if tls_replication => tls,
+                _ => ports.plain.unwrap_or(port),
+            };
             PodRef {
                 retiring: retiring.contains(&name),
                 pod: name,
@@ -607,11 +624,29 @@ impl Extras<Redis> for ReplicationExtras {
         // members (the clients' one) or match none of them (the
         // operator's).
         let may_make = recorded.is_none();
-        let (password, operator) = futures::future::join(
+        let (password, operator, certificate) = futures::future::join3(
             auth::password(redis, ctx, owner, may_make),
             auth::operator_password(ctx, owner, may_make),
+            tls::certificate(redis, ctx, owner),
         )
         .await;
+        let silence = self.silence(owner);
+        // A TLS Secret that is missing or does not check out is reported;
+        // the operator and the members go on with what they had.
+        let certificate_problem = certificate.as_ref().err().cloned();
+        if let Some(problem) = &certificate_problem {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "TLSSecretInvalid",
+                    "ReadSecret",
+                    problem.clone(),
+                )
+                .await;
+        }
+        let certificate = certificate.ok().flatten();
+        let tls_access = tls::access(redis, owner, &pods, certificate.as_ref(), &silence.tls);
         // A password Secret that cannot be read is reported; the round goes
         // on while the operator can still log in (as its own user, or with
         // the clients' password), so failover does not wait for the Secret.
@@ -647,11 +682,16 @@ impl Extras<Redis> for ReplicationExtras {
                 requeue_after_seconds: Some(5),
                 services_pending: Vec::new(),
                 restore,
+                certificate: None,
             };
         }
         let port = u16::try_from(redis.spec.port).unwrap_or(6379);
-        let refs = pod_refs(&pods, port, &retiring);
-        let silence = self.silence(owner);
+        let refs = pod_refs(
+            &pods,
+            port,
+            &retiring,
+            tls_access.as_ref().is_some_and(|t| t.replication),
+        );
         // A promotion is recorded in status.primary before it is carried
         // out, by a write that fails when anyone (another leader, a
         // user) wrote the status since this reconcile read it.
@@ -679,6 +719,7 @@ impl Extras<Redis> for ReplicationExtras {
                 manage_clients: clients_known,
                 timeouts: self.timeouts,
                 route: &self.route(&owner.namespace),
+                tls: tls_access.as_ref(),
             },
             &silence,
             Timestamp::now(),
@@ -701,6 +742,21 @@ impl Extras<Redis> for ReplicationExtras {
         }
         for (pod, e) in &round.unconverged {
             tracing::warn!(%pod, error = %e, "cannot bring the member to the clients' password");
+        }
+        if !round.certificates.reloaded.is_empty() {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Normal,
+                    "CertificateReloaded",
+                    "ReloadCertificate",
+                    format!(
+                        "{} took up the certificate of Secret {} without a restart",
+                        round.certificates.reloaded.join(", "),
+                        tls::secret_name(redis).unwrap_or_default()
+                    ),
+                )
+                .await;
         }
 
         let primary = round.primary.as_ref().map(|p| p.pod.clone());
@@ -817,6 +873,12 @@ impl Extras<Redis> for ReplicationExtras {
             requeue_after_seconds: Some(requeue.as_secs_f64().ceil().max(1.0) as i64),
             services_pending: Vec::new(),
             restore,
+            certificate: tls::condition(
+                redis,
+                certificate_problem.as_deref(),
+                &round.certificates,
+                certificate.as_ref(),
+            ),
         }
     }
 
@@ -863,6 +925,7 @@ impl Extras<Redis> for ReplicationExtras {
             requeue_after_seconds: None,
             services_pending: Vec::new(),
             restore: None,
+            certificate: None,
         }
     }
 
@@ -935,7 +998,7 @@ mod tests {
     #[test]
     fn pod_refs_carry_ip_readiness_and_retiring() {
         let pods = vec![pod("b", None, Some("10.0.0.2")), pod("a", None, Some(""))];
-        let refs = pod_refs(&pods, 7000, &["b".to_string()]);
+        let refs = pod_refs(&pods, 7000, &["b".to_string()], false);
         assert_eq!(
             refs,
             [

@@ -4,6 +4,7 @@
 //! rest.
 
 pub mod auth;
+pub mod certs;
 pub mod disruption;
 pub mod hooks;
 pub mod pod;
@@ -13,6 +14,7 @@ pub mod rollout;
 pub mod services;
 pub mod simulated;
 pub mod status;
+pub mod tls;
 
 use crate::api::{Redis, RedisStatus};
 use crate::podset::plan::{Desired, InPlace, Strategy};
@@ -159,6 +161,7 @@ mod tests {
                 resources: None,
                 image_pull_policy: PullPolicy::IfNotPresent,
                 auth: None,
+                tls: None,
                 config: Default::default(),
                 failover: Default::default(),
                 storage: None,

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecurityContext, TopologySpreadConstraint, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
@@ -19,10 +19,17 @@ use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
 use crate::api::redis::{Retention, is_own_key};
 use crate::podset::claims::ClaimTemplate;
 use crate::podset::revision::stamp;
-use crate::redis::replication::config::{config_args, server_command};
+use crate::redis::replication::config::{config_args, server_command, tls_args};
+use crate::redis::replication::objects::Listener;
+use crate::redis::replication::tls::MOUNT as TLS_MOUNT;
 
 /// The volume of the data directory.
 pub const DATA_VOLUME: &str = "data";
+
+/// The volume of the TLS Secret (`spec.tls`).
+pub const TLS_VOLUME: &str = "tls";
+/// The name of the TLS port, in the Pods and the Services.
+pub const TLS_PORT_NAME: &str = "redis-tls";
 
 /// Uid and gid of the redis user in the official image.
 const REDIS_UID: i64 = 999;
@@ -66,9 +73,64 @@ pub fn server_args(redis: &Redis) -> Result<(Vec<String>, Vec<String>), String> 
         config_args(&spec.config, memory_limit, spec.storage.is_some())
             .map_err(|e| e.to_string())?,
     );
+    if let Some(tls) = &spec.tls {
+        args.extend(tls_args(tls));
+    }
     let port =
         u16::try_from(spec.port).map_err(|_| format!("spec.port {} out of range", spec.port))?;
+    // Port 0: no plaintext at all.
+    let port = if plaintext(redis) { port } else { 0 };
     Ok(server_command(port, &args))
+}
+
+/// Whether members serve plaintext (on `spec.port`).
+pub fn plaintext(redis: &Redis) -> bool {
+    redis.spec.tls.as_ref().is_none_or(|t| t.plaintext)
+}
+
+/// The ports a member's redis-server listens on, read from its Pod (whose
+/// template may be older than the spec).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberPorts {
+    /// Plaintext (`--port`, not 0).
+    pub plain: Option<u16>,
+    /// TLS (`--tls-port`).
+    pub tls: Option<u16>,
+}
+
+impl MemberPorts {
+    /// Of `pod`'s redis container, from its arguments.
+    pub fn of(pod: &Pod) -> MemberPorts {
+        let args = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == "redis"))
+            .and_then(|c| c.args.as_ref());
+        let after = |flag: &str| {
+            args.and_then(|a| a.iter().position(|x| x == flag).and_then(|i| a.get(i + 1)))
+                .and_then(|v| v.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+        };
+        MemberPorts {
+            plain: after("--port"),
+            tls: after("--tls-port"),
+        }
+    }
+
+    /// Serves TLS only.
+    pub fn tls_only(&self) -> bool {
+        self.tls.is_some() && self.plain.is_none()
+    }
+}
+
+/// Whether a Redis's members replicate over TLS (and the operator talks
+/// TLS to them): once plaintext is off, or while a member serves TLS only
+/// (plaintext turned back on: until the last of those is replaced). The
+/// same for every member that serves TLS, so that each follows the
+/// primary on the primary's replication port; the operator sets it at run
+/// time where a member's Pod says otherwise. Pure.
+pub fn replication_over_tls(redis: &Redis, pods: &[MemberPorts]) -> bool {
+    redis.spec.tls.as_ref().is_some_and(|t| !t.plaintext) || pods.iter().any(MemberPorts::tls_only)
 }
 
 /// The label selector of a Redis's members.
@@ -168,14 +230,26 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         command: Some(command),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some("redis".into()),
-            container_port: port,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
+        ports: Some(
+            [
+                plaintext(redis).then_some(("redis", port)),
+                spec.tls.as_ref().map(|t| (TLS_PORT_NAME, t.port)),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|(name, port)| ContainerPort {
+                name: Some(name.into()),
+                container_port: port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            })
+            .collect(),
+        ),
         readiness_probe: Some(crate::redis::replication::objects::readiness_probe(
-            u16::try_from(port).unwrap_or(6379),
+            match spec.tls.as_ref().filter(|_| !plaintext(redis)) {
+                Some(t) => Listener::Tls(u16::try_from(t.port).unwrap_or(6380)),
+                None => Listener::Plain(u16::try_from(port).unwrap_or(6379)),
+            },
         )),
         resources: spec.resources.clone(),
         security_context: Some(SecurityContext {
@@ -188,11 +262,20 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             }),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.into(),
-            mount_path: "/data".into(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(
+            std::iter::once(VolumeMount {
+                name: DATA_VOLUME.into(),
+                mount_path: "/data".into(),
+                ..Default::default()
+            })
+            .chain(spec.tls.as_ref().map(|_| VolumeMount {
+                name: TLS_VOLUME.into(),
+                mount_path: TLS_MOUNT.into(),
+                read_only: Some(true),
+                ..Default::default()
+            }))
+            .collect(),
+        ),
         ..Default::default()
     };
     let name = redis.name_any();
@@ -216,7 +299,23 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
             }),
             ..Default::default()
         }),
-        volumes: Some(vec![data_volume(redis)]),
+        volumes: Some(
+            std::iter::once(data_volume(redis))
+                .chain(crate::redis::tls::secret_name(redis).map(|secret| Volume {
+                    name: TLS_VOLUME.into(),
+                    // Not a subPath: the kubelet writes a renewed Secret
+                    // into the volume, where redis-server reads it again.
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(secret),
+                        // Readable by the redis group (fsGroup) only.
+                        default_mode: Some(0o440),
+                        optional: Some(false),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }))
+                .collect(),
+        ),
         ..Default::default()
     };
     // spec.podMetadata first, podkeeper's own labels over it (the CRD
@@ -287,6 +386,115 @@ mod tests {
 
     fn pod_spec(t: &PodTemplateSpec) -> &PodSpec {
         t.spec.as_ref().unwrap()
+    }
+
+    fn container(t: &PodTemplateSpec) -> &Container {
+        &pod_spec(t).containers[0]
+    }
+
+    #[test]
+    fn with_tls_the_secret_is_mounted_and_plaintext_is_off_unless_kept() {
+        let plain = pod_template(&redis(serde_json::json!({"replicas": 3}))).unwrap();
+        let only = pod_template(&redis(serde_json::json!({"replicas": 3, "tls": {}}))).unwrap();
+        let both = pod_template(&redis(
+            serde_json::json!({"replicas": 3, "tls": {"secretName": "cache-cert", "port": 7000, "plaintext": true}}),
+        ))
+        .unwrap();
+        let ports = |t: &PodTemplateSpec| {
+            container(t)
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap(), p.container_port))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ports(&plain), [("redis".to_string(), 6379)]);
+        assert_eq!(ports(&only), [("redis-tls".to_string(), 6380)]);
+        assert_eq!(
+            ports(&both),
+            [("redis".to_string(), 6379), ("redis-tls".to_string(), 7000)]
+        );
+        // The members' ports read back from their Pods.
+        let of = |t: &PodTemplateSpec| {
+            MemberPorts::of(&Pod {
+                spec: t.spec.clone(),
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            of(&plain),
+            MemberPorts {
+                plain: Some(6379),
+                tls: None
+            }
+        );
+        assert_eq!(
+            of(&only),
+            MemberPorts {
+                plain: None,
+                tls: Some(6380)
+            }
+        );
+        assert_eq!(
+            of(&both),
+            MemberPorts {
+                plain: Some(6379),
+                tls: Some(7000)
+            }
+        );
+        // The Secret: podkeeper's, or the user's; not a subPath (renewals
+        // reach the running container).
+        let secret = |t: &PodTemplateSpec| {
+            let volume = pod_spec(t)
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == TLS_VOLUME)?;
+            let mount = container(t)
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.name == TLS_VOLUME)
+                .unwrap();
+            assert_eq!(mount.mount_path, "/tls");
+            assert!(mount.sub_path.is_none());
+            volume.secret.as_ref()?.secret_name.clone()
+        };
+        assert_eq!(secret(&plain), None);
+        assert_eq!(secret(&only).as_deref(), Some("cache-tls"));
+        assert_eq!(secret(&both).as_deref(), Some("cache-cert"));
+        let args = |t: &PodTemplateSpec| container(t).args.clone().unwrap().join(" ");
+        assert!(args(&only).contains("--port 0 "), "{}", args(&only));
+        assert!(args(&only).contains("--tls-replication yes"));
+        assert!(args(&only).contains("--tls-cert-file /tls/tls.crt"));
+        assert!(!args(&both).contains("--tls-replication"));
+        assert!(!args(&plain).contains("--tls"));
+        // The probe asks over TLS where there is nothing else.
+        let probe = |t: &PodTemplateSpec| {
+            container(t)
+                .readiness_probe
+                .as_ref()
+                .unwrap()
+                .exec
+                .as_ref()
+                .unwrap()
+                .command
+                .clone()
+                .unwrap()[2]
+                .clone()
+        };
+        assert!(probe(&only).contains("--tls --cacert /tls/ca.crt"));
+        assert!(probe(&only).contains("-p 6380"));
+        assert!(!probe(&both).contains("--tls"));
+        // Replication over TLS once plaintext is off, or while a member
+        // serves TLS only.
+        let (r_only, r_both) = (
+            redis(serde_json::json!({"tls": {}})),
+            redis(serde_json::json!({"tls": {"plaintext": true}})),
+        );
+        assert!(replication_over_tls(&r_only, &[of(&both)]));
+        assert!(!replication_over_tls(&r_both, &[of(&both), of(&plain)]));
+        assert!(replication_over_tls(&r_both, &[of(&both), of(&only)]));
     }
 
     fn scheduling() -> serde_json::Value {

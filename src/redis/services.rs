@@ -10,7 +10,7 @@ use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::{primary_service_name, replicas_service_name};
-use crate::redis::pod::selector_labels;
+use crate::redis::pod::{TLS_PORT_NAME, plaintext, selector_labels};
 use crate::runtime::owner::Owner;
 
 /// The names of a Redis's two Services, primary's first.
@@ -60,17 +60,30 @@ pub fn desired_services(redis: &Redis, owner: &Owner, primary: Option<&str>) -> 
                 },
                 spec: Some(ServiceSpec {
                     selector: Some(selector),
-                    ports: Some(vec![ServicePort {
-                        name: Some("redis".into()),
-                        port: redis.spec.port,
-                        target_port: Some(IntOrString::String("redis".into())),
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    }]),
+                    ports: Some(service_ports(redis)),
                     ..Default::default()
                 }),
                 status: None,
             }
         })
         .collect()
+}
+
+/// The ports both Services expose: `redis` (plaintext, unless `spec.tls`
+/// turned it off) and `redis-tls` (with `spec.tls`).
+fn service_ports(redis: &Redis) -> Vec<ServicePort> {
+    [
+        plaintext(redis).then_some(("redis", redis.spec.port)),
+        redis.spec.tls.as_ref().map(|t| (TLS_PORT_NAME, t.port)),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(name, port)| ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    })
+    .collect()
 }

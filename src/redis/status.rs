@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use crate::api::redis::REPLICATED_CONDITION;
+use crate::api::redis::{CERTIFICATE_CONDITION, REPLICATED_CONDITION};
 use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
@@ -142,11 +142,40 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
                     repl.restore.as_ref(),
                     repl.primary.is_some(),
                 ))
+                .chain(certificate_condition(redis, &previous, repl))
                 .collect(),
             redis.metadata.generation,
             report.now,
         ),
         primary: repl.primary.clone(),
         members: repl.members.clone(),
+    }
+}
+
+/// `CertificateServed` (with `spec.tls`): this round's, else as it was
+/// (a round that did not look at the members).
+fn certificate_condition<'a>(
+    redis: &Redis,
+    previous: &'a RedisStatus,
+    repl: &'a Replication,
+) -> Option<Cond<'a>> {
+    redis.spec.tls.as_ref()?;
+    match &repl.certificate {
+        Some((status, reason, message)) => Some(Cond {
+            type_: CERTIFICATE_CONDITION,
+            status,
+            reason,
+            message: message.clone(),
+        }),
+        None => previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CERTIFICATE_CONDITION)
+            .map(|c| Cond {
+                type_: CERTIFICATE_CONDITION,
+                status: c.status.as_str(),
+                reason: c.reason.as_str(),
+                message: c.message.clone(),
+            }),
     }
 }

@@ -152,7 +152,11 @@ fn rejected_config() -> Vec<(&'static str, Value, String)> {
             "cluster-enabled",
             "Redis Cluster mode is not supported",
         ),
-        directive("tls-port", "tls-port", "TLS is not supported yet"),
+        directive(
+            "tls-port",
+            "tls-port",
+            "podkeeper sets the TLS directives from spec.tls",
+        ),
         directive(
             "aclfile",
             "aclfile",

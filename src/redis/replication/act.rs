@@ -14,6 +14,7 @@ use crate::redis::replication::clients::{self, Ledger};
 use crate::redis::replication::error::{ActionError, ClientError};
 use crate::redis::replication::info::{ReplicationInfo, Role};
 use crate::redis::replication::observer::Observer;
+use crate::redis::replication::tls;
 use crate::redis::replication::topology::{
     self, Action, LastSeen, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
 };
@@ -52,6 +53,8 @@ pub struct Memory {
     fenced: Mutex<HashMap<String, (String, WriteFence)>>,
     /// Per Pod: the clients' password its process was given.
     clients: Ledger,
+    /// Per Pod: the certificate its process serves; the CAs trusted.
+    pub tls: tls::Ledger,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -90,6 +93,7 @@ impl Memory {
         locked(&self.switchover_sent).retain(|p, _| keep(p));
         locked(&self.fenced).retain(|p, _| keep(p));
         self.clients.retain(|p| pods.iter().any(|r| r.pod == p));
+        self.tls.retain(|p| pods.iter().any(|r| r.pod == p));
         let live: Vec<(&str, &str)> = pods
             .iter()
             .filter_map(|p| Some((p.pod.as_str(), p.ip.as_deref()?)))
@@ -172,7 +176,7 @@ pub async fn observe(
     memory.retain(pods);
     let answers = join_all(pods.iter().map(|p| async move {
         let ip = p.ip.as_ref()?;
-        let endpoint = access.endpoint(ip, p.port);
+        let endpoint = access.endpoint(&p.pod, ip, p.port);
         Some(memory.observer.latest(access, &p.pod, &endpoint).await)
     }))
     .await;
@@ -255,7 +259,7 @@ async fn run(a: &Action, access: &Access<'_>, memory: &Memory) -> Result<(), Act
             .call(
                 access,
                 pod,
-                &access.endpoint(ip, *port),
+                &access.endpoint(pod, ip, *port),
                 "REPLICAOF",
                 |node: Node| async move { node.replicate_from(primary_ip, *primary_port).await },
             )
@@ -265,7 +269,7 @@ async fn run(a: &Action, access: &Access<'_>, memory: &Memory) -> Result<(), Act
                 .call(
                     access,
                     pod,
-                    &access.endpoint(ip, *port),
+                    &access.endpoint(pod, ip, *port),
                     "REPLICAOF NO ONE",
                     |node: Node| async move { node.promote().await },
                 )
@@ -283,7 +287,7 @@ async fn run(a: &Action, access: &Access<'_>, memory: &Memory) -> Result<(), Act
                 .call(
                     access,
                     pod,
-                    &access.endpoint(from_ip, *from_port),
+                    &access.endpoint(pod, from_ip, *from_port),
                     "FAILOVER",
                     |node: Node| async move { node.failover_to(to_ip, *to_port, *timeout).await },
                 )
@@ -369,6 +373,9 @@ pub fn record_first(plan: &Plan) -> Option<&RecordedPrimary> {
 pub struct WriteFence {
     pub min_replicas: u32,
     pub max_lag_seconds: u32,
+    /// `tls-replication` of the members that serve TLS (`None`: TLS is not
+    /// known this round, and left as it is).
+    pub tls_replication: Option<bool>,
 }
 
 impl WriteFence {
@@ -379,14 +386,17 @@ impl WriteFence {
         WriteFence {
             min_replicas: min_replicas.min(replicas),
             max_lag_seconds: max_lag_seconds.max(1),
+            tls_replication: None,
         }
     }
 }
 
 /// Gives every member that answers the write fence, once per process: a
 /// primary cut off from its replicas then refuses writes by itself, even
-/// where the operator cannot reach it. Returns the members it could not
-/// give it to.
+/// where the operator cannot reach it. Members that serve TLS are given
+/// the set's `tls-replication` with it, so that each dials its primary the
+/// way the primary's replication port expects. Returns the members it
+/// could not give it to.
 async fn fence_writes(
     members: &[Member],
     fence: WriteFence,
@@ -404,20 +414,26 @@ async fn fence_writes(
             fence.min_replicas.to_string(),
             fence.max_lag_seconds.to_string(),
         );
+        let serves_tls = access.tls.is_some_and(|t| t.ports.contains_key(&m.pod));
+        let tls_replication = fence
+            .tls_replication
+            .filter(|_| serves_tls)
+            .map(|on| if on { "yes" } else { "no" });
         memory
             .observer
             .connections()
             .call(
                 access,
                 &m.pod,
-                &access.endpoint(ip, m.port),
+                &access.endpoint(&m.pod, ip, m.port),
                 "CONFIG SET",
                 |node: Node| async move {
-                    node.config_set_many(&[
-                        ("min-replicas-to-write", &min),
-                        ("min-replicas-max-lag", &lag),
-                    ])
-                    .await
+                    let mut pairs = vec![
+                        ("min-replicas-to-write", min.as_str()),
+                        ("min-replicas-max-lag", lag.as_str()),
+                    ];
+                    pairs.extend(tls_replication.map(|v| ("tls-replication", v)));
+                    node.config_set_many(&pairs).await
                 },
             )
             .await
@@ -594,6 +610,9 @@ pub struct Round {
     pub unfenced: Vec<(String, ClientError)>,
     /// Members that could not be brought to the clients' password.
     pub unconverged: Vec<(String, ClientError)>,
+    /// Members made to take the Secret's certificate up, and those that
+    /// do not serve it yet.
+    pub certificates: tls::Converged,
 }
 
 /// The order of a round: observe every member, give each the write fence,
@@ -617,11 +636,14 @@ pub async fn reconcile(
         .iter()
         .filter(|m| !m.deleting && !m.retiring)
         .count();
-    let fence = WriteFence::for_members(
-        settings.min_replicas_to_write,
-        settings.min_replicas_max_lag_seconds,
-        staying,
-    );
+    let fence = WriteFence {
+        tls_replication: access.tls.map(|t| t.replication),
+        ..WriteFence::for_members(
+            settings.min_replicas_to_write,
+            settings.min_replicas_max_lag_seconds,
+            staying,
+        )
+    };
     let unfenced = fence_writes(&members, fence, access, memory).await;
     let unconverged = clients::converge(
         &members,
@@ -630,6 +652,8 @@ pub async fn reconcile(
         &memory.clients,
     )
     .await;
+    let certificates =
+        tls::converge(&members, access, memory.observer.connections(), &memory.tls).await;
     let mut plan = topology::plan(&members, recorded, settings, now);
     if let Some(from) = plan.actions.iter().find_map(|a| match a {
         Action::Switchover { from, .. } => Some(from.clone()),
@@ -657,6 +681,7 @@ pub async fn reconcile(
             unrecorded: Some(e),
             unfenced,
             unconverged,
+            certificates,
         };
     }
     let outcome = execute(&plan, access, memory).await;
@@ -670,6 +695,7 @@ pub async fn reconcile(
         unrecorded: None,
         unfenced,
         unconverged,
+        certificates,
     }
 }
 

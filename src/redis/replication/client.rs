@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 use crate::redis::replication::config::OPERATOR_USER;
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
+use crate::redis::replication::tls::{Dial, Stream, TlsAccess};
 
 /// The most a server may send between two requests; far above a real
 /// `INFO replication` (about 100 bytes per replica) or `INFO server`
@@ -68,6 +69,8 @@ pub struct Endpoint {
     /// password only where it is refused (a member started before podkeeper
     /// gave its members that user).
     pub operator: Option<String>,
+    /// Over TLS, verified so (`spec.tls`, on the member's TLS port).
+    pub tls: Option<Dial>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -78,6 +81,7 @@ impl std::fmt::Debug for Endpoint {
             .field("port", &self.port)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("operator", &self.operator.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -89,7 +93,14 @@ impl Endpoint {
             port,
             password,
             operator: None,
+            tls: None,
         }
+    }
+
+    /// The same, over TLS with `dial` (when there is one).
+    pub fn with_tls(mut self, dial: Option<Dial>) -> Self {
+        self.tls = dial;
+        self
     }
 
     /// The same, logging in as the operator's user first.
@@ -178,6 +189,66 @@ pub enum Route {
     PortForward(Box<Api<Pod>>),
 }
 
+/// A connection to a member's Pod, by either route.
+pub enum RawStream {
+    Tcp(tokio::net::TcpStream),
+    Forwarded(tokio::io::DuplexStream),
+}
+
+impl Route {
+    /// A connection to `port` of `pod` (at `ip`).
+    pub async fn connect(&self, pod: &str, ip: &str, port: u16) -> io::Result<RawStream> {
+        match self {
+            Route::PodNetwork => {
+                let stream = tokio::net::TcpStream::connect((ip, port)).await?;
+                stream.set_nodelay(true)?;
+                Ok(RawStream::Tcp(stream))
+            }
+            Route::PortForward(pods) => {
+                Ok(RawStream::Forwarded(port_forward(pods, pod, port).await?))
+            }
+        }
+    }
+}
+
+impl AsyncRead for RawStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            RawStream::Forwarded(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RawStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RawStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            RawStream::Forwarded(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            RawStream::Forwarded(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            RawStream::Forwarded(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
 /// How to reach and log in to the members of one Redis.
 #[derive(Clone, Copy)]
 pub struct Access<'a> {
@@ -189,6 +260,8 @@ pub struct Access<'a> {
     pub manage_clients: bool,
     pub timeouts: Timeouts,
     pub route: &'a Route,
+    /// `spec.tls`, when the members serve it.
+    pub tls: Option<&'a TlsAccess>,
 }
 
 #[cfg(test)]
@@ -201,15 +274,22 @@ impl<'a> Access<'a> {
             manage_clients: true,
             timeouts: Timeouts { deadline },
             route,
+            tls: None,
         }
     }
 }
 
 impl Access<'_> {
-    /// The member at `ip:port`, with this Redis's password.
-    pub fn endpoint(&self, ip: &str, port: u16) -> Endpoint {
+    /// Member `pod` at `ip:port`, with this Redis's passwords, over TLS
+    /// where the operator talks TLS to it.
+    pub fn endpoint(&self, pod: &str, ip: &str, port: u16) -> Endpoint {
         Endpoint::new(ip, port, self.password.map(str::to_string))
             .with_operator(self.operator.map(str::to_string))
+            .with_tls(
+                self.tls
+                    .filter(|t| t.over_tls.contains(pod))
+                    .map(|t| t.dial.clone()),
+            )
     }
 }
 
@@ -246,22 +326,14 @@ impl Node {
         let mut first_refusal = None;
         let mut opened = None;
         for (i, settings) in logins.iter().enumerate() {
-            let tried = match route {
-                Route::PodNetwork => {
-                    let stream =
-                        tokio::net::TcpStream::connect((endpoint.ip.as_str(), endpoint.port))
-                            .await
-                            .map_err(connect_error)?;
-                    stream.set_nodelay(true).map_err(connect_error)?;
-                    handshake(settings, stream, config.clone()).await
-                }
-                Route::PortForward(pods) => {
-                    let stream = port_forward(pods, pod, endpoint.port)
-                        .await
-                        .map_err(connect_error)?;
-                    handshake(settings, stream, config.clone()).await
-                }
-            };
+            let stream = route
+                .connect(pod, &endpoint.ip, endpoint.port)
+                .await
+                .map_err(connect_error)?;
+            let stream = Stream::open(stream, endpoint.tls.as_ref())
+                .await
+                .map_err(connect_error)?;
+            let tried = handshake(settings, stream, config.clone()).await;
             match tried {
                 Ok(c) => {
                     opened = Some(c);
@@ -614,6 +686,7 @@ pub struct ConnectionKey {
     pub port: u16,
     password: Option<String>,
     operator: Option<String>,
+    tls: Option<Dial>,
     forwarded: bool,
 }
 
@@ -643,6 +716,7 @@ impl Connections {
             port: endpoint.port,
             password: endpoint.password.clone(),
             operator: endpoint.operator.clone(),
+            tls: endpoint.tls.clone(),
             forwarded: matches!(access.route, Route::PortForward(_)),
         }
     }
@@ -819,10 +893,11 @@ pub(crate) mod tests {
             manage_clients: true,
             timeouts: Timeouts { deadline: DEADLINE },
             route: &route,
+            tls: None,
         };
         let started = Instant::now();
         let result = Connections::default()
-            .observe(&access, "p", &access.endpoint("127.0.0.1", port))
+            .observe(&access, "p", &access.endpoint("p", "127.0.0.1", port))
             .await
             .map(|_| ())
             .map_err(|e| e.to_string());
@@ -908,7 +983,7 @@ pub(crate) mod tests {
         let access = Access::plain(&route, Duration::from_secs(10));
         let started = Instant::now();
         let err = Connections::default()
-            .observe(&access, "p", &access.endpoint("127.0.0.1", port))
+            .observe(&access, "p", &access.endpoint("p", "127.0.0.1", port))
             .await
             .unwrap_err()
             .to_string();
@@ -966,7 +1041,7 @@ pub(crate) mod tests {
         .await;
         let route = Route::PodNetwork;
         let access = Access::plain(&route, DEADLINE);
-        let endpoint = access.endpoint("127.0.0.1", port);
+        let endpoint = access.endpoint("p", "127.0.0.1", port);
         let connections = Connections::default();
         for _ in 0..5 {
             connections

@@ -140,7 +140,7 @@ pub async fn converge(
             .call(
                 access,
                 &m.pod,
-                &access.endpoint(ip, m.port),
+                &access.endpoint(&m.pod, ip, m.port),
                 "ACL SETUSER",
                 |node: Node| async move { node.command::<()>(&cmd).await },
             )

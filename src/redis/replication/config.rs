@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::api::redis::TlsSpec;
 use crate::api::redis_config::{refusal, value_problem};
 use crate::redis::replication::error::ConfigError;
 use crate::redis::replication::topology::{PLACEHOLDER_HOST, PLACEHOLDER_PORT};
@@ -203,6 +204,34 @@ masterauth $o
 $a
 EOF
 "#;
+
+/// The TLS directives of a member (`spec.tls`): the Secret's files at
+/// [`crate::redis::replication::tls::MOUNT`], clients not asked for a
+/// certificate, and replication over TLS once plaintext is off (see
+/// `docs/redis.md`: while plaintext is served, replication stays on it, so
+/// that members started before and after TLS was added can follow each
+/// other).
+pub fn tls_args(tls: &TlsSpec) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--tls-port",
+        &tls.port.to_string(),
+        "--tls-cert-file",
+        "/tls/tls.crt",
+        "--tls-key-file",
+        "/tls/tls.key",
+        "--tls-ca-cert-file",
+        "/tls/ca.crt",
+        "--tls-auth-clients",
+        "no",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    if !tls.plaintext {
+        args.extend(["--tls-replication".to_string(), "yes".to_string()]);
+    }
+    args
+}
 
 /// The container's command and arguments: redis-server on `port`, starting
 /// as a replica of the placeholder (never as an empty primary), with the

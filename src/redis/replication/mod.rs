@@ -96,6 +96,7 @@ pub mod error;
 pub mod info;
 pub mod objects;
 pub mod observer;
+pub mod tls;
 pub mod topology;
 
 pub use error::{ActionError, ClientError, ConfigError, InfoError};

@@ -10,10 +10,19 @@ use crate::api::redis::AuthSpec;
 use crate::redis::replication::config::{
     OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV, operator_secret_name,
 };
+use crate::redis::replication::tls::MOUNT;
 
 /// A merge patch that sets a member Pod's role label and its name label.
 pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role, POD_NAME_LABEL: pod}}})
+}
+
+/// Where the probe asks redis-server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    Plain(u16),
+    /// Over TLS, trusting the Secret's CA (members serving TLS only).
+    Tls(u16),
 }
 
 /// The shell command of the readiness probe: Ready means the member serves
@@ -28,9 +37,14 @@ pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {
 /// (its password from `REDISCLI_AUTH`, set from the container's variable,
 /// so it is not on the command line): the probe does not depend on the
 /// clients' password, which can change while the container runs.
-pub fn readiness_command(port: u16) -> String {
+pub fn readiness_command(listener: Listener) -> String {
     let auth = format!("export REDISCLI_AUTH=\"${OPERATOR_PASSWORD_ENV}\"; ");
-    let cli = format!("redis-cli --user {OPERATOR_USER} -p {port}");
+    let cli = match listener {
+        Listener::Plain(port) => format!("redis-cli --user {OPERATOR_USER} -p {port}"),
+        Listener::Tls(port) => {
+            format!("redis-cli --tls --cacert {MOUNT}/ca.crt --user {OPERATOR_USER} -p {port}")
+        }
+    };
     format!(
         "{auth}i=$({cli} info replication) || exit 1; \
          case \"$i\" in *role:master*) ;; *) printf '%s' \"$i\" | grep -q '^master_link_status:up'; exit $?;; esac; \
@@ -42,10 +56,10 @@ pub fn readiness_command(port: u16) -> String {
 
 /// The readiness probe that runs [`readiness_command`] every 2 s; two
 /// failures in a row make the Pod NotReady.
-pub fn readiness_probe(port: u16) -> Probe {
+pub fn readiness_probe(listener: Listener) -> Probe {
     Probe {
         exec: Some(ExecAction {
-            command: Some(vec!["sh".into(), "-c".into(), readiness_command(port)]),
+            command: Some(vec!["sh".into(), "-c".into(), readiness_command(listener)]),
         }),
         period_seconds: Some(2),
         timeout_seconds: Some(2),

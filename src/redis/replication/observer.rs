@@ -258,6 +258,8 @@ async fn observe_member(
         manage_clients: false,
         timeouts,
         route: &route,
+        // The endpoint says whether it is over TLS.
+        tls: None,
     };
     let mut failures = 0u32;
     loop {
@@ -348,7 +350,7 @@ mod tests {
             Route::PodNetwork,
             access.timeouts,
             "p".into(),
-            access.endpoint("10.0.0.1", 6379),
+            access.endpoint("p", "10.0.0.1", 6379),
             watch::channel(None).0,
             Arc::new(Notify::new()),
             PERIOD,
@@ -432,7 +434,7 @@ mod tests {
         let deadline = Duration::from_millis(300);
         let route = Route::PodNetwork;
         let access = Access::plain(&route, deadline);
-        let endpoint = access.endpoint("127.0.0.1", port);
+        let endpoint = access.endpoint("p", "127.0.0.1", port);
         let observer = Observer::default();
         let started = Instant::now();
         let first = observer.latest(&access, "silent", &endpoint).await;
@@ -494,7 +496,7 @@ mod tests {
         });
         let route = Route::PodNetwork;
         let access = Access::plain(&route, Duration::from_secs(1));
-        let endpoint = access.endpoint("127.0.0.1", port);
+        let endpoint = access.endpoint("p", "127.0.0.1", port);
         let woken = Arc::new(Notify::new());
         let wake = woken.clone();
         // A period far longer than the test: only the connection's end can

@@ -1,0 +1,339 @@
+//! The operator's TLS to the members (`spec.tls`), over rustls: what it
+//! trusts and the name it verifies ([`Dial`]), wrapping a connection, and
+//! bringing a certificate renewed in the Secret to every running member
+//! without a restart ([`converge`]: redis-server reads its certificate
+//! files again on `CONFIG SET tls-cert-file`, and keeps what it had when
+//! they do not load).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures::future::join_all;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::redis::certs;
+use crate::redis::replication::client::{Access, Connections, Node};
+use crate::redis::replication::error::ClientError;
+use crate::redis::replication::topology::Member;
+
+/// Where the members find the Secret's files (a Secret volume: the
+/// kubelet writes a renewed Secret there, and [`converge`] has redis-server
+/// read them again).
+pub const MOUNT: &str = "/tls";
+
+/// How to dial a member over TLS: the CAs trusted and the name verified.
+/// Two dials are the same when they trust the same CAs for the same name.
+/// (One pointer: every member's observing task holds one.)
+#[derive(Clone)]
+pub struct Dial(Arc<DialInner>);
+
+struct DialInner {
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    id: String,
+}
+
+impl PartialEq for Dial {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Dial {}
+impl std::hash::Hash for Dial {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dial").field("name", &self.0.name).finish()
+    }
+}
+
+impl Dial {
+    /// Trusting every CA certificate in `cas` (PEM), verifying `name`.
+    pub fn new(cas: &[&[u8]], name: &str) -> Result<Dial, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        let mut id = name.to_string();
+        for ca in cas {
+            for cert in certs::certificates(ca) {
+                id.push(' ');
+                id.push_str(&certs::fingerprint(&cert));
+                let _ = roots.add(cert);
+            }
+        }
+        if roots.is_empty() {
+            return Err(format!("{} holds no CA certificate", certs::CA_KEY));
+        }
+        let config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let name = ServerName::try_from(name.to_string())
+            .map_err(|_| format!("{name} is not a DNS name"))?;
+        Ok(Dial(Arc::new(DialInner {
+            config: Arc::new(config),
+            name,
+            id,
+        })))
+    }
+
+    /// TLS on `stream`, the member verified.
+    pub async fn wrap<S>(&self, stream: S) -> io::Result<TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        TlsConnector::from(self.0.config.clone())
+            .connect(self.0.name.clone(), stream)
+            .await
+    }
+
+    /// The fingerprint of the certificate the member at the other end of
+    /// `stream` serves.
+    pub async fn served<S>(&self, stream: S) -> io::Result<String>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let tls = self.wrap(stream).await?;
+        tls.get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(certs::fingerprint)
+            .ok_or_else(|| io::Error::other("the member sent no certificate"))
+    }
+}
+
+/// A connection to a member, plain or over TLS.
+pub enum Stream<S> {
+    Plain(S),
+    Tls(Box<TlsStream<S>>),
+}
+
+impl<S> Stream<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// `stream`, over TLS with `dial` when there is one.
+    pub async fn open(stream: S, dial: Option<&Dial>) -> io::Result<Self> {
+        Ok(match dial {
+            Some(d) => Stream::Tls(Box::new(d.wrap(stream).await?)),
+            None => Stream::Plain(stream),
+        })
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A Redis's TLS as the operator uses it in one round.
+#[derive(Clone, Debug)]
+pub struct TlsAccess {
+    pub dial: Dial,
+    /// The fingerprint of the certificate in the Secret: what every member
+    /// should serve.
+    pub wanted: String,
+    /// The members that serve TLS, and on which port.
+    pub ports: HashMap<String, u16>,
+    /// The members the operator talks to over TLS (on that port): those
+    /// whose replication is over TLS.
+    pub over_tls: HashSet<String>,
+    /// Whether the set replicates over TLS (see
+    /// [`crate::redis::pod::replication_over_tls`]).
+    pub replication: bool,
+}
+
+/// Which certificate each member's process was last seen serving, so that
+/// it is looked at again only when the Secret's changes or the process
+/// restarts.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    served: Mutex<HashMap<String, (String, String)>>,
+    /// The CA certificates (PEM) trusted before the Secret's current ones:
+    /// a member still serving a certificate of the previous CA is trusted
+    /// until it has taken the new one up.
+    trusted: Mutex<Vec<Vec<u8>>>,
+    /// The last Secret material that checked out, and its certificate's
+    /// fingerprint: what the operator goes on with while the Secret cannot
+    /// be read or does not check out.
+    last: Mutex<Option<(certs::Material, String)>>,
+}
+
+impl Ledger {
+    fn served(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
+        self.served.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the members `keep` refuses.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        self.served().retain(|p, _| keep(p));
+    }
+
+    /// Remembers material that checked out; returns the last that did.
+    pub fn last_good(
+        &self,
+        now: Option<(&certs::Material, &str)>,
+    ) -> Option<(certs::Material, String)> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((m, f)) = now {
+            *last = Some((m.clone(), f.to_string()));
+        }
+        last.clone()
+    }
+
+    /// The CAs to trust for a Secret whose CA is `ca` (PEM): it and the
+    /// one trusted before it, if different.
+    pub fn trust(&self, ca: &[u8]) -> Vec<Vec<u8>> {
+        let mut trusted = self.trusted.lock().unwrap_or_else(|e| e.into_inner());
+        if trusted.first().map(Vec::as_slice) != Some(ca) {
+            trusted.insert(0, ca.to_vec());
+            trusted.truncate(2);
+        }
+        trusted.clone()
+    }
+}
+
+/// What [`converge`] did in one round.
+#[derive(Debug, Default)]
+pub struct Converged {
+    /// Members that were made to read their certificate files again and
+    /// now serve the Secret's certificate.
+    pub reloaded: Vec<String>,
+    /// Members that do not serve it yet (the kubelet has not written the
+    /// renewed Secret into the Pod yet, or the files did not load), and why.
+    pub pending: Vec<(String, String)>,
+}
+
+/// The directives of the files redis-server reads for TLS.
+const FILES: [&str; 3] = ["tls-cert-file", "tls-key-file", "tls-ca-cert-file"];
+
+/// Has `node` read its certificate files again: `CONFIG SET` of each to
+/// the path it has. redis-server keeps serving what it had when they do
+/// not load (a key that does not match, a file cut mid-write).
+async fn reload(node: Node) -> Result<(), ClientError> {
+    let mut paths = Vec::with_capacity(FILES.len());
+    for name in FILES {
+        paths.push((name, node.config_get(name).await?.unwrap_or_default()));
+    }
+    let pairs: Vec<(&str, &str)> = paths.iter().map(|(n, p)| (*n, p.as_str())).collect();
+    node.config_set_many(&pairs).await
+}
+
+/// Brings every member that serves TLS to the certificate in the Secret:
+/// once per process and certificate, looks at what it serves (a TLS
+/// handshake of its own); if that is not the Secret's, has it read its
+/// files again and looks once more. Members whose process it has seen
+/// serve the Secret's certificate are not asked again.
+pub async fn converge(
+    members: &[Member],
+    access: &Access<'_>,
+    connections: &Connections,
+    ledger: &Ledger,
+) -> Converged {
+    let mut out = Converged::default();
+    let Some(tls) = access.tls else {
+        return out;
+    };
+    let due: Vec<(&Member, &str, &str, u16)> = members
+        .iter()
+        .filter_map(|m| {
+            let run_id = m.info()?.run_id.as_str();
+            let ip = m.ip.as_deref()?;
+            let port = *tls.ports.get(&m.pod)?;
+            let seen = ledger.served().get(&m.pod).cloned();
+            (seen.as_ref() != Some(&(run_id.to_string(), tls.wanted.clone())))
+                .then_some((m, run_id, ip, port))
+        })
+        .collect();
+    // What the member serves on its TLS port now, on a connection of its
+    // own (the cached ones were verified when they were opened).
+    let served = async |pod: &str, ip: &str, port: u16| {
+        let look = async {
+            let stream = access.route.connect(pod, ip, port).await?;
+            tls.dial.served(stream).await
+        };
+        tokio::time::timeout(access.timeouts.deadline, look)
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("no TLS handshake in time")))
+    };
+    let results = join_all(due.iter().map(|(m, _, ip, port)| async move {
+        let served_before = served(&m.pod, ip, *port).await;
+        if served_before.as_deref().ok() == Some(tls.wanted.as_str()) {
+            return Ok(false);
+        }
+        connections
+            .call(
+                access,
+                &m.pod,
+                &access.endpoint(&m.pod, ip, m.port),
+                "CONFIG SET",
+                reload,
+            )
+            .await
+            .map_err(|e: ClientError| e.to_string())?;
+        match served(&m.pod, ip, *port).await {
+            Ok(f) if f == tls.wanted => Ok(true),
+            Ok(_) => Err("it still serves the previous certificate".to_string()),
+            Err(e) => Err(format!("its TLS port: {e}")),
+        }
+    }))
+    .await;
+    for ((m, run_id, _, _), r) in due.into_iter().zip(results) {
+        match r {
+            Ok(reloaded) => {
+                ledger
+                    .served()
+                    .insert(m.pod.clone(), (run_id.to_string(), tls.wanted.clone()));
+                if reloaded {
+                    out.reloaded.push(m.pod.clone());
+                }
+            }
+            Err(e) => out.pending.push((m.pod.clone(), e)),
+        }
+    }
+    out
+}
