@@ -22,7 +22,12 @@ use super::take::Source;
 use crate::api::backup::{ObjectStoreSpec, RedisBackup, RedisBackupStatus, phase};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::Redis;
+use crate::redis::auth::secret_bytes;
+use crate::redis::certs;
+use crate::redis::pod::MemberPorts;
 use crate::redis::replication::config::{OPERATOR_SECRET_KEY, OPERATOR_USER, operator_secret_name};
+use crate::redis::replication::tls::Dial;
+use crate::redis::tls;
 use crate::runtime::Error;
 use crate::runtime::events::{EventRecorder, EventType};
 
@@ -119,12 +124,8 @@ async fn secret_value(
         .await
         .map_err(|e| format!("cannot read Secret {name}: {e}"))?
         .ok_or_else(|| format!("Secret {name} not found"))?;
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
-    String::from_utf8(bytes.0.clone()).map_err(|_| format!("Secret {name}'s {key} is not UTF-8"))
+    String::from_utf8(secret_bytes(&secret, key)?)
+        .map_err(|_| format!("Secret {name}'s {key} is not UTF-8"))
 }
 
 async fn patch_status(
@@ -197,7 +198,8 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         .ok_or_else(|| format!("Pod {member} not found"))?;
     let ip = pod
         .status
-        .and_then(|s| s.pod_ip)
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
         .ok_or_else(|| format!("Pod {member} has no IP"))?;
     // As the operator's own user, which every member has: a change of the
     // clients' password (spec.auth) does not fail a backup.
@@ -212,11 +214,32 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         .await?,
     ));
     let location = location(client, &ns, &b.spec.destination).await?;
+    // Over TLS where the member serves it (the whole dataset crosses the
+    // network), verified against the TLS Secret's CA.
+    let ports = MemberPorts::of(&pod);
+    let (port, tls) = match (ports.tls, tls::secret_name(&redis)) {
+        (Some(port), Some(secret)) => {
+            let ca = secret_value(client, &ns, &secret, certs::CA_KEY).await?;
+            let dial = Dial::new(
+                &[ca.as_bytes()],
+                &certs::server_name(&redis.name_any(), &ns),
+            )
+            .map_err(|e| format!("Secret {secret}: {e}"))?;
+            (port, Some(dial))
+        }
+        _ => (
+            ports
+                .plain
+                .unwrap_or(redis.spec.port.try_into().unwrap_or(6379)),
+            None,
+        ),
+    };
     Ok(Plan {
         source: Source {
-            addr: format!("{ip}:{}", redis.spec.port),
+            addr: format!("{ip}:{port}"),
             auth,
             idle: IDLE,
+            tls,
         },
         member,
         location,

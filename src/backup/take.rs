@@ -9,6 +9,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::rdb::{Check, CheckError, Framing, FramingError, Snapshot};
+use crate::redis::replication::tls::{Dial, Stream};
 
 /// Where to take the snapshot from.
 #[derive(Clone, Debug)]
@@ -20,6 +21,8 @@ pub struct Source {
     /// How long the member may send nothing (it sends a newline every
     /// second while it prepares the snapshot).
     pub idle: Duration,
+    /// Over TLS, verified so (the member's TLS port).
+    pub tls: Option<Dial>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,16 +85,21 @@ async fn idle<T>(
 /// as they arrive; returns what was checked once the whole RDB file came
 /// and its CRC-64 matched. On any error the bytes sent are not a snapshot.
 pub async fn take(source: &Source, sink: mpsc::Sender<Vec<u8>>) -> Result<Snapshot, TakeError> {
+    // Connecting (and the TLS handshake) failing is a connect error.
+    let connecting = |e: TakeError| match e {
+        TakeError::Io(io) => TakeError::Connect {
+            addr: source.addr.clone(),
+            source: io,
+        },
+        other => other,
+    };
     let stream = idle(source.idle, TcpStream::connect(&source.addr))
         .await
-        .map_err(|e| match e {
-            TakeError::Io(io) => TakeError::Connect {
-                addr: source.addr.clone(),
-                source: io,
-            },
-            other => other,
-        })?;
+        .map_err(connecting)?;
     stream.set_nodelay(true)?;
+    let stream = idle(source.idle, Stream::open(stream, source.tls.as_ref()))
+        .await
+        .map_err(connecting)?;
     let mut stream = BufReader::new(stream);
     let mut hello = Vec::new();
     let mut replies = 2;

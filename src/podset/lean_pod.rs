@@ -16,15 +16,16 @@
 //! ([`crate::podset::inplace`]: containers' names, images and resources,
 //! their statuses, `observedGeneration`), and Redis replication (Pod IP,
 //! phase, conditions, container states; init containers' states for a
-//! restore). A new reader of another field
+//! restore; the redis container's ports, which say whether a member serves
+//! TLS). A new reader of another field
 //! must add it here.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
-    ResourceRequirements,
+    Container, ContainerPort, ContainerState, ContainerStatus, Pod, PodCondition, PodSpec,
+    PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
@@ -53,12 +54,14 @@ struct WireSpec {
     node_name: Option<String>,
 }
 
-/// `Container`: what an in-place update compares.
+/// `Container`: what an in-place update compares, and its ports (a Redis
+/// member's plaintext and TLS ports).
 #[derive(Deserialize)]
 struct WireContainer {
     name: String,
     image: Option<String>,
     resources: Option<ResourceRequirements>,
+    ports: Option<Vec<ContainerPort>>,
 }
 
 /// `PodStatus`, without host IPs, QoS class, start time, resource claims
@@ -151,6 +154,7 @@ impl From<Wire> for LeanPod {
                         name: c.name,
                         image: c.image,
                         resources: c.resources,
+                        ports: c.ports,
                         ..Default::default()
                     })
                     .collect(),

@@ -89,7 +89,8 @@ pub fn plaintext(redis: &Redis) -> bool {
 }
 
 /// The ports a member's redis-server listens on, read from its Pod (whose
-/// template may be older than the spec).
+/// template may be older than the spec): the container's ports are those
+/// of its command line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemberPorts {
     /// Plaintext (`--port`, not 0).
@@ -99,21 +100,22 @@ pub struct MemberPorts {
 }
 
 impl MemberPorts {
-    /// Of `pod`'s redis container, from its arguments.
+    /// Of `pod`'s redis container, from its named ports (`redis`,
+    /// `redis-tls`; kept in the operator's Pod cache).
     pub fn of(pod: &Pod) -> MemberPorts {
-        let args = pod
+        let ports = pod
             .spec
             .as_ref()
             .and_then(|s| s.containers.iter().find(|c| c.name == "redis"))
-            .and_then(|c| c.args.as_ref());
-        let after = |flag: &str| {
-            args.and_then(|a| a.iter().position(|x| x == flag).and_then(|i| a.get(i + 1)))
-                .and_then(|v| v.parse::<u16>().ok())
-                .filter(|p| *p != 0)
+            .and_then(|c| c.ports.as_ref());
+        let named = |name: &str| {
+            ports
+                .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some(name)))
+                .and_then(|p| u16::try_from(p.container_port).ok())
         };
         MemberPorts {
-            plain: after("--port"),
-            tls: after("--tls-port"),
+            plain: named("redis"),
+            tls: named(TLS_PORT_NAME),
         }
     }
 

@@ -113,6 +113,14 @@ pub async fn certificate(
     {
         return Ok(Some(c));
     }
+    // Never a Secret of that name that this Redis does not own.
+    if let Some(secret) = &existing
+        && !owned_by(secret, owner)
+    {
+        return Err(format!(
+            "Secret {issued} exists and was not made by podkeeper for this Redis: name it in spec.tls.secretName, or delete it"
+        ));
+    }
     let (ca_cert, ca_key) = self::ca(ctx, owner, &api).await?;
     let names = certs::member_names(
         &owner.name,
@@ -158,6 +166,14 @@ pub async fn certificate(
     Ok(Some(c))
 }
 
+/// Whether `secret` is owned by the Redis `owner` (podkeeper made it).
+fn owned_by(secret: &Secret, owner: &Owner) -> bool {
+    secret
+        .owner_references()
+        .iter()
+        .any(|r| r.uid == owner.reference.uid)
+}
+
 /// podkeeper's CA for the Redis (certificate, key; PEM), made when its
 /// Secret does not exist.
 async fn ca(ctx: &Context, owner: &Owner, api: &Api<Secret>) -> Result<(String, String), String> {
@@ -171,6 +187,11 @@ async fn ca(ctx: &Context, owner: &Owner, api: &Api<Secret>) -> Result<(String, 
     };
     let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
     if let Some(secret) = api.get_opt(&name).await.map_err(|e| unreadable(&e))? {
+        if !owned_by(&secret, owner) {
+            return Err(format!(
+                "Secret {name} exists and was not made by podkeeper for this Redis: delete it, or name a TLS Secret in spec.tls.secretName"
+            ));
+        }
         return pem(&secret);
     }
     let (cert, key) = certs::issue_ca(&owner.name, &owner.namespace, now())?;
@@ -274,6 +295,16 @@ pub fn condition(
             "False",
             "Reloading",
             format!("not every member serves the certificate of Secret {secret} yet ({pending})"),
+        ));
+    }
+    if !converged.unanswered.is_empty() {
+        return Some((
+            "False",
+            "Unconfirmed",
+            format!(
+                "{} did not answer: whether they serve the certificate of Secret {secret} is not known",
+                converged.unanswered.join(", ")
+            ),
         ));
     }
     let until = read

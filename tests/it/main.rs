@@ -32,4 +32,5 @@ mod ship;
 mod simulated;
 mod storage;
 mod storage_refusals;
+mod tls;
 mod transients;

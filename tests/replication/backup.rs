@@ -165,6 +165,7 @@ fn source(server: &Server) -> Source {
         addr: format!("{LOOPBACK}:{}", server.port),
         auth: Some((None, PASSWORD.into())),
         idle: Duration::from_secs(30),
+        tls: None,
     }
 }
 

@@ -480,3 +480,49 @@ async fn replication_moved_onto_tls_keeps_its_data_and_needs_no_full_sync() {
     };
     assert_eq!(roles.iter().filter(|r| **r == Role::Primary).count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_a_member_serving_tls_only_is_taken_over_tls_and_verified() {
+    let pki = Pki::new();
+    let m = pki.issue();
+    let mut set = Set::start(2, &m, false).await;
+    let primary = set.converge().await;
+    let node = set.node(&primary).await;
+    for i in 0..1000 {
+        node.command::<()>(redis::cmd("SET").arg(format!("k{i}")).arg(i))
+            .await
+            .unwrap();
+    }
+    assert!(write_acked(&node, "last", 1).await.unwrap());
+    let replica = set.members.iter().find(|r| r.name != primary).unwrap();
+    let source = |dial: Dial| podkeeper::backup::take::Source {
+        addr: format!("{LOOPBACK}:{}", replica.tls),
+        auth: Some((Some(config::OPERATOR_USER.into()), OPERATOR_PASSWORD.into())),
+        idle: std::time::Duration::from_secs(30),
+        tls: Some(dial),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let bytes = tokio::spawn(async move {
+        let mut n = 0;
+        while let Some(b) = rx.recv().await {
+            n += b.len() as u64;
+        }
+        n
+    });
+    let snapshot = podkeeper::backup::take::take(&source(set.dial()), tx)
+        .await
+        .unwrap();
+    assert_eq!(bytes.await.unwrap(), snapshot.size);
+    assert!(snapshot.size > 1000, "{snapshot:?}");
+    // A member whose certificate the backup cannot verify is refused.
+    let stranger = Dial::new(
+        &[&Pki::new().issue().ca],
+        &certs::server_name(NAME, NAMESPACE),
+    )
+    .unwrap();
+    let (tx, _rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let e = podkeeper::backup::take::take(&source(stranger), tx)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("certificate"), "{e}");
+}

@@ -246,6 +246,9 @@ pub struct Converged {
     /// Members that do not serve it yet (the kubelet has not written the
     /// renewed Secret into the Pod yet, or the files did not load), and why.
     pub pending: Vec<(String, String)>,
+    /// Members that serve TLS but did not answer: what they serve is not
+    /// known.
+    pub unanswered: Vec<String>,
 }
 
 /// The directives of the files redis-server reads for TLS.
@@ -278,6 +281,11 @@ pub async fn converge(
     let Some(tls) = access.tls else {
         return out;
     };
+    out.unanswered = members
+        .iter()
+        .filter(|m| tls.ports.contains_key(&m.pod) && m.info().is_none())
+        .map(|m| m.pod.clone())
+        .collect();
     let due: Vec<(&Member, &str, &str, u16)> = members
         .iter()
         .filter_map(|m| {
