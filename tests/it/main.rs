@@ -21,6 +21,8 @@ mod kind_refusals;
 #[cfg(feature = "kind-e2e")]
 mod kind_storage;
 #[cfg(feature = "kind-e2e")]
+mod kind_tls;
+#[cfg(feature = "kind-e2e")]
 mod kind_under_writes;
 mod leader;
 mod proxy;

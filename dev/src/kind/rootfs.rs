@@ -153,7 +153,7 @@ pub const KUBE_PROXY: Rootfs = Rootfs {
 /// the flag (to redis-server; Sentinel has it off by default).
 pub const REDIS: Rootfs = Rootfs {
     name: "redis",
-    packages: &["redis-server", "redis-sentinel"],
+    packages: &["redis-server", "redis-sentinel", "openssl"],
     post: "printf '#!/bin/sh\\n# podkeeper.dev/redis: protected mode off, as in the upstream image\\nexec /usr/bin/redis-server --protected-mode no \"$@\"\\n' > /usr/local/bin/redis-server; \
 chmod 755 /usr/local/bin/redis-server; mkdir -p /data; chown 999:999 /data",
 };

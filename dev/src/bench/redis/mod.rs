@@ -187,12 +187,27 @@ pub(crate) async fn wind_up_in(
     host: &str,
     watch: InvariantWatch,
 ) -> Result<UnderWrites, crate::Error> {
+    wind_up_on(session, pod, "w", host, PORT, watch).await
+}
+
+/// [`wind_up`] for the writer of keys `<prefix>N` in client Pod `pod`,
+/// read back from `host:port`.
+pub async fn wind_up_on(
+    session: &Session,
+    pod: &str,
+    prefix: &str,
+    host: &str,
+    port: u16,
+    watch: InvariantWatch,
+) -> Result<UnderWrites, crate::Error> {
     let writes = session.stop_writer_in(pod).await?;
     let acked = writer::acknowledged(&writes, 1);
     let seen = watch.seen();
     Ok(UnderWrites {
         acknowledged: acked.len(),
-        acknowledged_lost: session.lost_keyed_from(pod, "w", host, PORT, &acked)?.len(),
+        acknowledged_lost: session
+            .lost_keyed_from(pod, prefix, host, port, &acked)?
+            .len(),
         client_overlaps: writer::overlapping_primaries(&writes).len(),
         watch_events: seen.events,
         watch_violations: seen.violations,

@@ -49,6 +49,13 @@ pub const LOCK: &str = "/ledger/writer.lock";
 /// first (`AUTH`), read again at every attempt, as a client that reloads
 /// its configuration. Letters, digits and punctuation without spaces.
 pub const PASSWORD_FILE: &str = "/ledger/password";
+/// The CA a TLS Redis's members are verified against: when the file
+/// exists, each write goes over TLS (`openssl s_client`, the server's
+/// certificate verified against it and, when [`TLS_NAME_FILE`] exists, for
+/// the name it holds), and the read-back too (`redis-cli --tls`). Read
+/// again at every attempt.
+pub const TLS_CA_FILE: &str = "/ledger/ca.crt";
+pub const TLS_NAME_FILE: &str = "/ledger/tls-name";
 
 /// The client container's command: it starts the writer of [`SCRIPT`]
 /// again if one was started and had not finished (its log does not end
@@ -148,8 +155,12 @@ fn attempts_script(prefix: &str, target: &Target, replicas: u32, timeout_ms: u32
             " $h $p".to_string(),
         ),
     };
+    // `host:port` for openssl, from bash's `host/port`.
+    let tls_connect = connect.replacen('/', ":", 1);
+    // Over TLS, the requests go on openssl's standard input (it keeps the
+    // connection after their end, until the server closes it at QUIT).
     let write = format!(
-        r#"out=$(pw=$pw timeout 3 bash -c 'exec 3<>/dev/tcp/{connect} || exit 1; [ -z "$pw" ] || printf "AUTH %s\r\n" "$pw" >&3; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0 >&3; cat <&3' $i{args} 2>/dev/null)"#
+        r#"out=$(pw=$pw tls=$tls timeout 3 bash -c 'req() {{ [ -z "$pw" ] || printf "AUTH %s\r\n" "$pw"; printf "SET {prefix}%d %d\r\nWAIT {replicas} {timeout_ms}\r\nINFO server replication\r\nQUIT\r\n" $0 $0; }}; if [ -n "$tls" ]; then req "$@" | openssl s_client -quiet -verify_return_error -CAfile {TLS_CA_FILE} $tls -connect {tls_connect}; else exec 3<>/dev/tcp/{connect} || exit 1; req >&3; cat <&3; fi' $i{args} 2>/dev/null)"#
     );
     let write = if resolve.is_empty() {
         write
@@ -164,6 +175,7 @@ while read -r _ _ k _; do case $k in ''|*[!0-9]*) ;; *) i=$k;; esac; done < <(ta
 while [ ! -e {STOP} ]; do
   i=$((i+1)); t0=$EPOCHREALTIME{resolve}
   pw=; [ -r {PASSWORD_FILE} ] && pw=$(< {PASSWORD_FILE})
+  tls=; if [ -r {TLS_CA_FILE} ]; then tls=-quiet; [ -r {TLS_NAME_FILE} ] && tls="-verify_hostname $(< {TLS_NAME_FILE})"; fi
   {write}
   t1=$EPOCHREALTIME
   out=${{out//$'\r'/}}
@@ -192,7 +204,8 @@ pub fn read_back_script(host: &str, port: u16, n: u64) -> String {
 pub fn keyed_read_back_script(prefix: &str, host: &str, port: u16, n: u64) -> String {
     format!(
         "[ -r {PASSWORD_FILE} ] && export REDISCLI_AUTH=$(< {PASSWORD_FILE}); \
-         for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli -h {host} -p {port}"
+         tls=; [ -r {TLS_CA_FILE} ] && tls=\"--tls --cacert {TLS_CA_FILE}\"; \
+         for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli $tls -h {host} -p {port}"
     )
 }
 
@@ -622,7 +635,7 @@ mod tests {
         assert!(s.contains(r#"if [ "${m[0]}" = '*2' ]; then h=${m[2]}; p=${m[4]}; break; fi"#));
         assert!(s.contains("/dev/tcp/$1/$2") && s.contains("' $i $h $p 2>/dev/null)"));
         assert!(s.contains(r#"[ -n "$h" ] || out=-NOMASTER"#));
-        assert!(s.contains(r#"[ -z "$h" ] || out=$(pw=$pw timeout 3 bash -c"#));
+        assert!(s.contains(r#"[ -z "$h" ] || out=$(pw=$pw tls=$tls timeout 3 bash -c"#));
         // The same write, log and stop file as the Service writer's.
         assert!(s.contains(r"WAIT 1 1000\r\nINFO server replication\r\nQUIT\r\n"));
         assert!(s.contains(LOG) && s.contains(STOP) && s.contains("flock -n 9"));
@@ -630,8 +643,12 @@ mod tests {
         let fixed = script("10.96.0.5", 6379, 1, 1000);
         assert!(!fixed.contains("SENTINEL") && !fixed.contains("NOMASTER"));
         assert!(fixed.contains(
-            "t0=$EPOCHREALTIME\n  pw=; [ -r /ledger/password ] && pw=$(< /ledger/password)\n  out=$(pw=$pw timeout 3 bash -c 'exec 3<>/dev/tcp/10.96.0.5/6379 || exit 1; [ -z \"$pw\" ] || printf \"AUTH %s\\r\\n\" \"$pw\" >&3;"
+            "t0=$EPOCHREALTIME\n  pw=; [ -r /ledger/password ] && pw=$(< /ledger/password)\n"
         ));
+        assert!(
+            fixed.contains("else exec 3<>/dev/tcp/10.96.0.5/6379 || exit 1; req >&3; cat <&3; fi")
+        );
+        assert!(fixed.contains("-connect 10.96.0.5:6379;"));
         // A refusal for want of a master parses like any other.
         let got = parse("1.0 1.1 1 0 - - - NOMASTER\n");
         assert_eq!(refusals(&got, 0.0, 2.0), vec![("NOMASTER".to_string(), 1)]);
