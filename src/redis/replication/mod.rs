@@ -9,6 +9,9 @@
 //!   fallback).
 //! - [`clients`]: the clients' password (`spec.auth`) brought to the
 //!   running members with `ACL SETUSER`, new beside old, then new only.
+//! - [`tls`]: the operator's TLS to the members (rustls, verifying the
+//!   Secret's CA and the Redis's name) and a renewed certificate brought to
+//!   the running members (`CONFIG SET`, checked by a handshake).
 //! - [`observer`]: one task per member keeping its latest `INFO` fresh, so
 //!   that a round waits for no silent member.
 //! - [`topology`]: the pure planner: who is primary, whom to promote, whom
