@@ -26,6 +26,7 @@ use podkeeper::redis::replication::client::{Access, Endpoint, Node, Route, Timeo
 use podkeeper::redis::replication::config;
 use podkeeper::redis::replication::info::Role;
 use podkeeper::redis::replication::topology::{Action, Member, RecordedPrimary, Settings};
+use podkeeper::redis::replication::users::{User, Users};
 use tokio::process::{Child, Command};
 
 #[path = "replication/net.rs"]
@@ -44,6 +45,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// The operator's own user's password in every test server (podkeeper
 /// makes one per Redis, in a Secret).
 const OPERATOR_PASSWORD: &str = "0peratorTestPassw0rd";
+/// The replication user's password in every test server.
+const REPLICATION_PASSWORD: &str = "Repl1cationTestPassw0rd";
 
 fn timeouts() -> Timeouts {
     Timeouts {
@@ -176,6 +179,7 @@ impl Server {
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
+            .env(config::REPLICATION_PASSWORD_ENV, REPLICATION_PASSWORD)
             .kill_on_drop(true);
         if let Some(p) = password {
             command.env(config::PASSWORD_ENV, p);
@@ -255,6 +259,10 @@ struct Set {
     /// are the network's, and the operator's rounds, the members and the
     /// test's clients reach each other through it.
     net: Option<Net>,
+    /// `spec.users` as the operator read it.
+    users: Option<Users>,
+    /// `spec.defaultUser: Disabled`.
+    default_off: bool,
 }
 
 impl Set {
@@ -277,6 +285,8 @@ impl Set {
             refuse_records: false,
             strangers: Vec::new(),
             net,
+            users: None,
+            default_off: false,
         };
         for i in 0..n {
             set.add_member(&format!("m{i}")).await;
@@ -438,6 +448,8 @@ impl Set {
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
                 tls: None,
+                users: self.users.as_ref(),
+                default_off: self.default_off,
             },
             &self.memory,
             Timestamp::now(),
@@ -1076,6 +1088,8 @@ async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_n
         timeouts: timeouts(),
         route: &Route::PodNetwork,
         tls: None,
+        users: None,
+        default_off: false,
     };
     let start = Instant::now();
     let written = loop {
@@ -1309,6 +1323,7 @@ async fn rendered_config_is_what_redis_server_runs_with() {
     let _child = Command::new(&cmd[0])
         .args(&args)
         .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
+        .env(config::REPLICATION_PASSWORD_ENV, REPLICATION_PASSWORD)
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -1815,7 +1830,8 @@ fn probe_ready(port: u16, password: Option<&str>) -> bool {
         ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD);
+        .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
+        .env(config::REPLICATION_PASSWORD_ENV, REPLICATION_PASSWORD);
     if let Some(p) = password {
         cmd.env(config::PASSWORD_ENV, p);
     }
@@ -2230,4 +2246,202 @@ async fn a_changed_clients_password_reaches_running_members_and_locks_out_neithe
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", s.name));
     }
+}
+
+/// A connection to `server` as `user` with `password` (`None`: refused).
+async fn login_as(
+    server: &Server,
+    user: &str,
+    password: &str,
+) -> Option<redis::aio::MultiplexedConnection> {
+    use redis::IntoConnectionInfo;
+    let info = redis::ConnectionAddr::Tcp(LOOPBACK.into(), server.port)
+        .into_connection_info()
+        .unwrap()
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_username(user)
+                .set_password(password),
+        );
+    let client = redis::Client::open(info).unwrap();
+    match client.get_multiplexed_async_connection().await {
+        Ok(c) => Some(c),
+        Err(e)
+            if e.kind() == redis::ErrorKind::AuthenticationFailed
+                || e.code() == Some("WRONGPASS") =>
+        {
+            None
+        }
+        Err(e) => panic!("{}: {e}", server.name),
+    }
+}
+
+/// What `conn` answers `args`: `Ok` or the error's code (`NOPERM`, ...).
+async fn answer(conn: &redis::aio::MultiplexedConnection, args: &[&str]) -> Result<(), String> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let mut conn = conn.clone();
+    match tokio::time::timeout(DEADLINE, cmd.query_async::<redis::Value>(&mut conn)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.code().unwrap_or("other").to_string()),
+        Err(_) => Err("timeout".into()),
+    }
+}
+
+fn app_user(name: &str, password: &str, rules: &str) -> User {
+    User {
+        name: name.into(),
+        password: password.into(),
+        rules: rules.into(),
+    }
+}
+
+/// Users of `spec.users` reach the running members without a restart and
+/// can do what their rules say and no administrative command whatever
+/// they say; a changed password is taken beside the old one, then alone;
+/// a removed user goes, and one left by an operator that did not see the
+/// removal is swept; the operator's and replication's users can do their
+/// work and nothing else; and `default` can be turned off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_users_have_their_permissions_and_no_administrative_command_and_change_without_a_restart()
+ {
+    let mut set = Set::start(2, None).await;
+    let primary = set.converge().await;
+    let pids: Vec<u32> = set.servers.iter().map(Server::pid).collect();
+    let users = |list: Vec<User>| Users {
+        names: list.iter().map(|u| u.name.clone()).collect(),
+        users: list,
+    };
+    set.users = Some(users(vec![
+        app_user("app", "app-one", "~app:* +@read +@write"),
+        // Every command and key, as far as the rules go.
+        app_user("wide", "wide-pw", "allcommands allkeys allchannels"),
+    ]));
+    let round = set.round().await;
+    assert!(round.unconverged.is_empty(), "{:?}", round.unconverged);
+    let p = set.server(&primary);
+    let app = login_as(p, "app", "app-one").await.expect("app logs in");
+    assert_eq!(answer(&app, &["SET", "app:1", "x"]).await, Ok(()));
+    assert_eq!(answer(&app, &["GET", "app:1"]).await, Ok(()));
+    assert_eq!(
+        answer(&app, &["GET", "other:1"]).await,
+        Err("NOPERM".into()),
+        "keys outside its pattern"
+    );
+    let wide = login_as(p, "wide", "wide-pw").await.expect("wide logs in");
+    assert_eq!(answer(&wide, &["SET", "other:1", "y"]).await, Ok(()));
+    for admin in [
+        &["REPLICAOF", "NO", "ONE"][..],
+        &["FAILOVER", "ABORT"],
+        &["CONFIG", "SET", "maxmemory", "1"],
+        &["CONFIG", "GET", "requirepass"],
+        &["ACL", "SETUSER", "wide", "+@all"],
+        &["DEBUG", "SLEEP", "0"],
+        &["SHUTDOWN", "NOSAVE"],
+        &["MONITOR"],
+    ] {
+        for (who, node) in [("app", &app), ("wide", &wide)] {
+            let got = answer(node, admin).await;
+            // DEBUG is also off in redis-server itself
+            // (`enable-debug-command no`), which it checks first.
+            if admin[0] == "DEBUG" {
+                assert!(got.is_err(), "{who}: {admin:?}");
+            } else {
+                assert_eq!(got, Err("NOPERM".into()), "{who}: {admin:?}");
+            }
+        }
+    }
+    // The operator's user: its commands, no data.
+    let operator = login_as(p, config::OPERATOR_USER, OPERATOR_PASSWORD)
+        .await
+        .unwrap();
+    assert_eq!(answer(&operator, &["INFO", "replication"]).await, Ok(()));
+    assert_eq!(
+        answer(&operator, &["GET", "app:1"]).await,
+        Err("NOPERM".into())
+    );
+    assert_eq!(answer(&operator, &["FLUSHALL"]).await, Err("NOPERM".into()));
+    // Replication's: no data, no administration.
+    let replication = login_as(p, config::REPLICATION_USER, REPLICATION_PASSWORD)
+        .await
+        .unwrap();
+    for denied in [&["GET", "app:1"][..], &["CONFIG", "GET", "port"], &["INFO"]] {
+        assert_eq!(
+            answer(&replication, denied).await,
+            Err("NOPERM".into()),
+            "{denied:?}"
+        );
+    }
+
+    // A new password: both taken after one round, only the new after the
+    // next; no restart.
+    set.users = Some(users(vec![
+        app_user("app", "app-two", "~app:* +@read +@write"),
+        app_user("wide", "wide-pw", "allcommands allkeys allchannels"),
+    ]));
+    set.round().await;
+    for s in &set.servers {
+        assert!(login_as(s, "app", "app-one").await.is_some(), "{}", s.name);
+        assert!(login_as(s, "app", "app-two").await.is_some(), "{}", s.name);
+    }
+    set.round().await;
+    for s in &set.servers {
+        assert!(login_as(s, "app", "app-one").await.is_none(), "{}", s.name);
+        assert!(login_as(s, "app", "app-two").await.is_some(), "{}", s.name);
+    }
+    // Removed from the spec: gone.
+    set.users = Some(users(vec![app_user(
+        "app",
+        "app-two",
+        "~app:* +@read +@write",
+    )]));
+    set.round().await;
+    for s in &set.servers {
+        assert!(login_as(s, "wide", "wide-pw").await.is_none(), "{}", s.name);
+    }
+    // A user the operator does not know (an operator that restarted after
+    // the removal): swept from every member once.
+    for s in &set.servers {
+        let node = login_as(s, config::OPERATOR_USER, OPERATOR_PASSWORD)
+            .await
+            .unwrap();
+        answer(
+            &node,
+            &["ACL", "SETUSER", "stale", "on", ">stale-pw", "+@all"],
+        )
+        .await
+        .unwrap();
+    }
+    set.memory = Memory::default();
+    set.round().await;
+    for s in &set.servers {
+        assert!(
+            login_as(s, "stale", "stale-pw").await.is_none(),
+            "{}",
+            s.name
+        );
+        assert!(login_as(s, "app", "app-two").await.is_some(), "{}", s.name);
+    }
+    // `default` off: no client logs in as it; the operator still acts.
+    let as_default = async |s: &Server| {
+        let node = Node::connect(&Endpoint::new(LOOPBACK, s.port, None), timeouts())
+            .await
+            .unwrap();
+        node.command::<String>(&redis::cmd("PING")).await.is_ok()
+    };
+    assert!(as_default(set.server(&primary)).await);
+    set.default_off = true;
+    set.round().await;
+    for s in &set.servers {
+        assert!(!as_default(s).await, "{}: default is off", s.name);
+    }
+    let round = set.round().await;
+    assert!(round.plan.replicated, "{:#?}", round.plan);
+    assert_eq!(
+        set.servers.iter().map(Server::pid).collect::<Vec<_>>(),
+        pids,
+        "no member restarted"
+    );
 }

@@ -126,6 +126,23 @@ pub struct RedisSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
 
+    /// Application users (Redis ACL users), each with its password from a
+    /// Secret and its permissions. Whatever the permissions say, an
+    /// application user cannot run administrative commands (`-@admin`:
+    /// REPLICAOF, FAILOVER, CONFIG, ACL, SHUTDOWN, MONITOR, ...), DEBUG or
+    /// MODULE. Brought to the running members without a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(u, self.exists_one(v, v.name == u.name))").message("spec.users: each name once"))]
+    pub users: Vec<UserSpec>,
+
+    /// Whether clients may log in as Redis's `default` user (with the
+    /// `spec.auth` password, or without one). `Disabled`: only
+    /// `spec.users` may log in. The `default` user cannot run
+    /// administrative commands either.
+    #[serde(default)]
+    pub default_user: DefaultUser,
+
     /// redis.conf directives, name to value (`maxmemory-policy:
     /// allkeys-lru`, `save: 3600 1 300 100`); a value is split on spaces into
     /// the directive's arguments. Refused: the directives podkeeper sets
@@ -653,6 +670,45 @@ pub struct AuthSpec {
     /// Key in the Secret whose value is the password.
     #[serde(default = "default_auth_key")]
     pub key: String,
+}
+
+/// One of `spec.users`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserSpec {
+    /// The user's name (not `default`, `podkeeper` or `replication`).
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-._A-Za-z0-9]{0,63}$')").message("spec.users[].name: 1-64 letters, digits, '-', '_', '.'"))]
+    #[x_kube(validation = Rule::new("!(self in ['default', 'podkeeper', 'replication'])").message("spec.users[].name: default, podkeeper and replication are Redis's and podkeeper's own users"))]
+    pub name: String,
+    /// The Secret in this namespace with the user's password.
+    #[x_kube(validation = Rule::new("size(self) <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.users[].secretName must be a Secret name (a DNS subdomain)"))]
+    pub secret_name: String,
+    /// The key of the password in the Secret.
+    #[serde(default = "default_auth_key")]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]{1,253}$')").message("spec.users[].key must be a Secret key (letters, digits, '-', '_', '.')"))]
+    pub key: String,
+    /// The user's permissions, as Redis ACL rules separated by spaces:
+    /// commands (`+get`, `-@dangerous`, `+@read`), keys (`~app:*`,
+    /// `%R~cache:*`, `allkeys`) and channels (`&news`, `allchannels`).
+    /// Passwords, `on`/`off` and `reset` are podkeeper's.
+    #[serde(default = "default_user_rules")]
+    #[x_kube(validation = Rule::new("self.split(' ').all(w, w == '' || w.matches('^([+-]@?[a-z][-a-z|_]*|~[^ ]+|%R?W?~[^ ]+|&[^ ]+|allkeys|resetkeys|allchannels|resetchannels|allcommands|nocommands)$'))").message("spec.users[].rules: ACL permissions only (+command, -command, +@category, ~pattern, %R~pattern, &channel, allkeys, resetkeys, allchannels, resetchannels): passwords come from the Secret"))]
+    #[schemars(length(max = 4096))]
+    pub rules: String,
+}
+
+fn default_user_rules() -> String {
+    "~* &* +@read +@write".to_string()
+}
+
+/// `spec.defaultUser`.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum DefaultUser {
+    #[default]
+    Enabled,
+    Disabled,
 }
 
 /// `spec.tls`.

@@ -25,7 +25,9 @@ use crate::api::redis::Redis;
 use crate::redis::auth::secret_bytes;
 use crate::redis::certs;
 use crate::redis::pod::MemberPorts;
-use crate::redis::replication::config::{OPERATOR_SECRET_KEY, OPERATOR_USER, operator_secret_name};
+use crate::redis::replication::config::{
+    REPLICATION_SECRET_KEY, REPLICATION_USER, operator_secret_name,
+};
 use crate::redis::replication::tls::Dial;
 use crate::redis::tls;
 use crate::runtime::Error;
@@ -201,15 +203,16 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .ok_or_else(|| format!("Pod {member} has no IP"))?;
-    // As the operator's own user, which every member has: a change of the
-    // clients' password (spec.auth) does not fail a backup.
+    // As the replication user, which every member has and which may run
+    // the replication commands only: a change of the clients' password
+    // (spec.auth) does not fail a backup.
     let auth = Some((
-        Some(OPERATOR_USER.to_string()),
+        Some(REPLICATION_USER.to_string()),
         secret_value(
             client,
             &ns,
             &operator_secret_name(&redis.name_any()),
-            OPERATOR_SECRET_KEY,
+            REPLICATION_SECRET_KEY,
         )
         .await?,
     ));

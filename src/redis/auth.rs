@@ -11,6 +11,7 @@ use crate::api::Redis;
 use crate::api::names::FIELD_MANAGER;
 use crate::podset::Context;
 use crate::redis::replication::config;
+use crate::redis::replication::users::{User, Users};
 use crate::runtime::events::EventType;
 use crate::runtime::failure::api_message;
 use crate::runtime::owner::Owner;
@@ -25,13 +26,13 @@ pub async fn password(
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
-    secret_password(ctx, owner, &auth.secret_name, &auth.key, may_make)
+    secret_password(ctx, owner, &auth.secret_name, &auth.key, &[], may_make)
         .await
         .map(Some)
 }
 
 /// The password of the operator's own user in the members (made with the
-/// Redis, in a Secret it owns).
+/// Redis, in a Secret it owns, with the replication user's beside it).
 pub async fn operator_password(
     ctx: &Context,
     owner: &Owner,
@@ -42,9 +43,93 @@ pub async fn operator_password(
         owner,
         &config::operator_secret_name(&owner.name),
         config::OPERATOR_SECRET_KEY,
+        &[config::REPLICATION_SECRET_KEY],
         may_make,
     )
     .await
+}
+
+/// The application users of `spec.users`, their passwords read from their
+/// Secrets (which podkeeper never makes: they are the user's), and what
+/// could not be read.
+pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<String>) {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let read = futures::future::join_all(redis.spec.users.iter().map(|u| {
+        let api = api.clone();
+        async move {
+            let secret = api
+                .get_opt(&u.secret_name)
+                .await
+                .map_err(|e| format!("cannot read Secret {}: {}", u.secret_name, api_message(&e)))?
+                .ok_or_else(|| format!("Secret {} not found", u.secret_name))?;
+            let password = String::from_utf8(secret_bytes(&secret, &u.key)?)
+                .map_err(|_| format!("Secret {} key {} is not UTF-8", u.secret_name, u.key))?;
+            Ok::<_, String>(User {
+                name: u.name.clone(),
+                password,
+                rules: u.rules.clone(),
+            })
+        }
+    }))
+    .await;
+    let mut out = Users {
+        users: Vec::new(),
+        names: redis.spec.users.iter().map(|u| u.name.clone()).collect(),
+    };
+    let mut problems = Vec::new();
+    for (u, r) in redis.spec.users.iter().zip(read) {
+        match r {
+            Ok(user) => out.users.push(user),
+            Err(e) => problems.push(format!("user {}: {e}", u.name)),
+        }
+    }
+    (out, problems)
+}
+
+/// Makes sure the operator's Secret holds the replication user's password
+/// (a Secret made by an older podkeeper has the operator's only): adds a
+/// generated one, to a Secret the Redis owns, before any member is started
+/// with a reference to it.
+pub async fn ensure_replication_password(ctx: &Context, owner: &Owner) -> Result<(), String> {
+    let name = config::operator_secret_name(&owner.name);
+    let key = config::REPLICATION_SECRET_KEY;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let Some(mut secret) = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("cannot read Secret {name}: {}", api_message(&e)))?
+    else {
+        return Err(format!("Secret {name} not found"));
+    };
+    if secret_bytes(&secret, key).is_ok() {
+        return Ok(());
+    }
+    if !secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == owner.reference.uid)
+    {
+        return Err(format!(
+            "Secret {name} has no key {key} and is not podkeeper's to change"
+        ));
+    }
+    secret
+        .string_data
+        .get_or_insert_default()
+        .insert(key.to_string(), generate_password());
+    api.replace(
+        &name,
+        &PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        },
+        &secret,
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("cannot add {key} to Secret {name}: {}", api_message(&e)))
 }
 
 /// The password under `key` in Secret `name`, read with a GET (the operator
@@ -56,6 +141,7 @@ async fn secret_password(
     owner: &Owner,
     name: &str,
     key: &str,
+    also: &[&str],
     may_make: bool,
 ) -> Result<String, String> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
@@ -73,7 +159,14 @@ async fn secret_password(
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..Default::default()
                 },
-                &generated_secret(owner, name, key, &generate_password()),
+                &owned_secret(
+                    owner,
+                    name,
+                    "Opaque",
+                    std::iter::once(key)
+                        .chain(also.iter().copied())
+                        .map(|k| (k, generate_password())),
+                ),
             )
             .await
         {

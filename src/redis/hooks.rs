@@ -22,7 +22,7 @@ use kube::{Api, ResourceExt};
 
 use crate::api::Redis;
 use crate::api::names::{FIELD_MANAGER, POD_NAME_LABEL, ROLE_LABEL};
-use crate::api::redis::{MemberStatus, PrimaryStatus, REPLICATED_CONDITION};
+use crate::api::redis::{DefaultUser, MemberStatus, PrimaryStatus, REPLICATED_CONDITION};
 use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
@@ -624,12 +624,25 @@ impl Extras<Redis> for ReplicationExtras {
         // members (the clients' one) or match none of them (the
         // operator's).
         let may_make = recorded.is_none();
-        let (password, operator, certificate) = futures::future::join3(
+        let (password, operator, certificate, (users, unread_users)) = futures::future::join4(
             auth::password(redis, ctx, owner, may_make),
             auth::operator_password(ctx, owner, may_make),
             tls::certificate(redis, ctx, owner),
+            auth::users(redis, ctx, owner),
         )
         .await;
+        // A user whose Secret cannot be read is left as the members have it.
+        if !unread_users.is_empty() {
+            ctx.executor
+                .event(
+                    owner,
+                    EventType::Warning,
+                    "UserSecretUnreadable",
+                    "ReadSecret",
+                    unread_users.join("; "),
+                )
+                .await;
+        }
         let silence = self.silence(owner);
         // A TLS Secret that is missing or does not check out is reported;
         // the operator and the members go on with what they had.
@@ -651,12 +664,23 @@ impl Extras<Redis> for ReplicationExtras {
         // on while the operator can still log in (as its own user, or with
         // the clients' password), so failover does not wait for the Secret.
         // The clients' password is left as the members have it meanwhile.
-        let unreadable = [password.as_ref().err(), operator.as_ref().err()]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("; ");
+        // The replication user's password beside the operator's (added to a
+        // Secret an older podkeeper made), before any member starts with a
+        // reference to it.
+        let replication = match &operator {
+            Ok(_) => auth::ensure_replication_password(ctx, owner).await.err(),
+            Err(_) => None,
+        };
+        let unreadable = [
+            password.as_ref().err(),
+            operator.as_ref().err(),
+            replication.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
         if !unreadable.is_empty() {
             ctx.executor
                 .event(
@@ -720,6 +744,8 @@ impl Extras<Redis> for ReplicationExtras {
                 timeouts: self.timeouts,
                 route: &self.route(&owner.namespace),
                 tls: tls_access.as_ref(),
+                users: Some(&users),
+                default_off: redis.spec.default_user == DefaultUser::Disabled,
             },
             &silence,
             Timestamp::now(),

@@ -1,7 +1,8 @@
 //! Redis as a [`PodSet`]: its Pod template ([`pod`]), Services
 //! ([`services`]), rollout order ([`rollout`]), disruption budgets and
 //! cordons ([`disruption`]) and status ([`status`]), all pure, and its I/O hooks ([`hooks`]); the generic reconciler in [`crate::podset::reconcile`] does the
-//! rest.
+//! rest. The Secrets of a Redis: its passwords ([`auth`]) and its TLS
+//! certificate ([`tls`], checked and issued by [`certs`]).
 
 pub mod auth;
 pub mod certs;
@@ -162,6 +163,8 @@ mod tests {
                 image_pull_policy: PullPolicy::IfNotPresent,
                 auth: None,
                 tls: None,
+                users: Vec::new(),
+                default_user: Default::default(),
                 config: Default::default(),
                 failover: Default::default(),
                 storage: None,
@@ -221,9 +224,11 @@ mod tests {
             "{probe}"
         );
         let env = c.env.as_ref().unwrap();
-        assert_eq!(env.len(), 1, "no clients' password without spec.auth");
+        assert_eq!(env.len(), 2, "no clients' password without spec.auth");
         assert_eq!(env[0].name, "PODKEEPER_PASSWORD");
         assert_eq!(secret_ref(&env[0]), ("cache-podkeeper", "password"));
+        assert_eq!(env[1].name, "PODKEEPER_REPLICATION_PASSWORD");
+        assert_eq!(secret_ref(&env[1]), ("cache-podkeeper", "replication"));
         let h1 = revision_of(&t);
         assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));
         assert_ne!(h1, revision_of(&tmpl(&redis(7001, "redis:7"))));
@@ -482,7 +487,7 @@ mod tests {
         let t = tmpl(&r);
         let spec = t.spec.as_ref().unwrap();
         let c = &spec.containers[0];
-        let env = &c.env.as_ref().unwrap()[1];
+        let env = &c.env.as_ref().unwrap()[2];
         assert_eq!(env.name, crate::redis::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
         assert_eq!(secret_ref(env), ("pw", "password"));

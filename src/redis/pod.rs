@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, SecretVolumeSource, SecurityContext, TopologySpreadConstraint,
+    Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
@@ -16,10 +16,10 @@ use kube::ResourceExt;
 use crate::api::Redis;
 use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
-use crate::api::redis::{Retention, is_own_key};
+use crate::api::redis::{DefaultUser, Retention, is_own_key};
 use crate::podset::claims::ClaimTemplate;
 use crate::podset::revision::stamp;
-use crate::redis::replication::config::{config_args, server_command, tls_args};
+use crate::redis::replication::config::{DEFAULT_USER_ENV, config_args, server_command, tls_args};
 use crate::redis::replication::objects::Listener;
 use crate::redis::replication::tls::MOUNT as TLS_MOUNT;
 
@@ -217,9 +217,15 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     let spec = &redis.spec;
     let port = spec.port;
     let (command, args) = server_args(redis)?;
-    let mut env = vec![crate::redis::replication::objects::operator_password_env(
-        &redis.name_any(),
-    )];
+    let mut env =
+        crate::redis::replication::objects::operator_password_env(&redis.name_any()).to_vec();
+    if spec.default_user == DefaultUser::Disabled {
+        env.push(EnvVar {
+            name: DEFAULT_USER_ENV.into(),
+            value: Some("off".into()),
+            ..Default::default()
+        });
+    }
     env.extend(
         spec.auth
             .as_ref()

@@ -161,7 +161,10 @@ async fn a_redis_over_tls_only_takes_a_renewed_certificate_up_under_writes_witho
     let first = in_secret(&env, "cache-tls", name).await.unwrap();
     for (_, ip, _) in before.values() {
         let plain = s
-            .sh(CLIENT, &format!("redis-cli -h {ip} -p 6379 ping 2>&1; true"))
+            .sh(
+                CLIENT,
+                &format!("redis-cli -h {ip} -p 6379 ping 2>&1; true"),
+            )
             .unwrap();
         assert!(!plain.contains("PONG"), "{plain}");
         assert_eq!(served(&s, CLIENT, ip), first);
@@ -188,15 +191,23 @@ async fn a_redis_over_tls_only_takes_a_renewed_certificate_up_under_writes_witho
         (f != first).then_some(f)
     })
     .await;
-    wait_for("every member serving the new certificate", TIMEOUT, || async {
-        let now = members(&env, name).await;
-        now.values()
-            .all(|(_, ip, _)| served(&s, CLIENT, ip) == second)
-            .then_some(())
-    })
+    wait_for(
+        "every member serving the new certificate",
+        TIMEOUT,
+        || async {
+            let now = members(&env, name).await;
+            now.values()
+                .all(|(_, ip, _)| served(&s, CLIENT, ip) == second)
+                .then_some(())
+        },
+    )
     .await;
     let renewed = now();
-    assert_eq!(members(&env, name).await, before, "no Pod replaced or restarted");
+    assert_eq!(
+        members(&env, name).await,
+        before,
+        "no Pod replaced or restarted"
+    );
     crate::redis::events_with_reasons(&env, &["CertificateIssued", "CertificateReloaded"]).await;
     s.writes_accepted(100).await.unwrap();
     eprintln!(
@@ -340,7 +351,8 @@ async fn a_running_redis_moves_to_tls_only_under_writes_and_loses_no_write() {
             )
             .unwrap();
         assert!(
-            info.contains(&format!("master_port:{TLS_PORT}")) && info.contains("master_link_status:up"),
+            info.contains(&format!("master_port:{TLS_PORT}"))
+                && info.contains("master_link_status:up"),
             "{pod}: {info}"
         );
     }

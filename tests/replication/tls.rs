@@ -22,8 +22,8 @@ use podkeeper::redis::replication::topology::RecordedPrimary;
 use tokio::process::{Child, Command};
 
 use super::{
-    DEADLINE, LOOPBACK, OPERATOR_PASSWORD, POLL, free_port, redis_server_installed, settings,
-    timeouts, write_acked,
+    DEADLINE, LOOPBACK, OPERATOR_PASSWORD, POLL, REPLICATION_PASSWORD, free_port,
+    redis_server_installed, settings, timeouts, write_acked,
 };
 
 const NAME: &str = "cache";
@@ -117,6 +117,7 @@ impl Member {
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .env(config::OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD)
+            .env(config::REPLICATION_PASSWORD_ENV, REPLICATION_PASSWORD)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -150,9 +151,7 @@ impl Member {
         } else {
             self.plain.expect("a plaintext port")
         };
-        Endpoint::new(LOOPBACK, port, None)
-            .with_operator(Some(OPERATOR_PASSWORD.into()))
-            .with_tls(dial.cloned())
+        Endpoint::new(LOOPBACK, port, None).with_tls(dial.cloned())
     }
 
     fn pid(&self) -> u32 {
@@ -244,6 +243,8 @@ impl Set {
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
                 tls: Some(&tls),
+                users: None,
+                default_off: false,
             },
             &self.memory,
             Timestamp::now(),
@@ -497,7 +498,10 @@ async fn a_backup_of_a_member_serving_tls_only_is_taken_over_tls_and_verified() 
     let replica = set.members.iter().find(|r| r.name != primary).unwrap();
     let source = |dial: Dial| podkeeper::backup::take::Source {
         addr: format!("{LOOPBACK}:{}", replica.tls),
-        auth: Some((Some(config::OPERATOR_USER.into()), OPERATOR_PASSWORD.into())),
+        auth: Some((
+            Some(config::REPLICATION_USER.into()),
+            REPLICATION_PASSWORD.into(),
+        )),
         idle: std::time::Duration::from_secs(30),
         tls: Some(dial),
     };

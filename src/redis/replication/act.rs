@@ -14,10 +14,10 @@ use crate::redis::replication::clients::{self, Ledger};
 use crate::redis::replication::error::{ActionError, ClientError};
 use crate::redis::replication::info::{ReplicationInfo, Role};
 use crate::redis::replication::observer::Observer;
-use crate::redis::replication::tls;
 use crate::redis::replication::topology::{
     self, Action, LastSeen, Member, Observed, Plan, RecordedPrimary, Settings, Waiting, Why,
 };
+use crate::redis::replication::{tls, users};
 
 /// A member Pod as the Pod cache shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +55,8 @@ pub struct Memory {
     clients: Ledger,
     /// Per Pod: the certificate its process serves; the CAs trusted.
     pub tls: tls::Ledger,
+    /// Per Pod: the application users its process was given.
+    users: users::Ledger,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,6 +96,7 @@ impl Memory {
         locked(&self.fenced).retain(|p, _| keep(p));
         self.clients.retain(|p| pods.iter().any(|r| r.pod == p));
         self.tls.retain(|p| pods.iter().any(|r| r.pod == p));
+        self.users.retain(|p| pods.iter().any(|r| r.pod == p));
         let live: Vec<(&str, &str)> = pods
             .iter()
             .filter_map(|p| Some((p.pod.as_str(), p.ip.as_deref()?)))
@@ -645,13 +648,24 @@ pub async fn reconcile(
         )
     };
     let unfenced = fence_writes(&members, fence, access, memory).await;
-    let unconverged = clients::converge(
+    let mut unconverged = clients::converge(
         &members,
         access,
         memory.observer.connections(),
         &memory.clients,
     )
     .await;
+    // Before any repoint: a member is made a replica (and turns Ready) only
+    // once it has the application users.
+    unconverged.extend(
+        users::converge(
+            &members,
+            access,
+            memory.observer.connections(),
+            &memory.users,
+        )
+        .await,
+    );
     let certificates =
         tls::converge(&members, access, memory.observer.connections(), &memory.tls).await;
     let mut plan = topology::plan(&members, recorded, settings, now);

@@ -36,6 +36,7 @@ use crate::redis::replication::config::OPERATOR_USER;
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
 use crate::redis::replication::tls::{Dial, Stream, TlsAccess};
+use crate::redis::replication::users::Users;
 
 /// The most a server may send between two requests; far above a real
 /// `INFO replication` (about 100 bytes per replica) or `INFO server`
@@ -262,6 +263,10 @@ pub struct Access<'a> {
     pub route: &'a Route,
     /// `spec.tls`, when the members serve it.
     pub tls: Option<&'a TlsAccess>,
+    /// `spec.users` (`None`: not known this round; left as they are).
+    pub users: Option<&'a Users>,
+    /// `spec.defaultUser: Disabled`.
+    pub default_off: bool,
 }
 
 #[cfg(test)]
@@ -275,6 +280,8 @@ impl<'a> Access<'a> {
             timeouts: Timeouts { deadline },
             route,
             tls: None,
+            users: None,
+            default_off: false,
         }
     }
 }
@@ -894,6 +901,8 @@ pub(crate) mod tests {
             timeouts: Timeouts { deadline: DEADLINE },
             route: &route,
             tls: None,
+            users: None,
+            default_off: false,
         };
         let started = Instant::now();
         let result = Connections::default()

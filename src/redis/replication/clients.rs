@@ -32,6 +32,8 @@ pub enum Given {
     Only(String),
     /// No password needed.
     Open,
+    /// The user may not log in (`spec.defaultUser: Disabled`).
+    Off,
 }
 
 /// The SHA-256 of a password, hex (what Redis shows in `ACL GETUSER`).
@@ -120,7 +122,16 @@ pub async fn converge(
         .map(|((m, _), g)| (m.pod.as_str(), g.as_ref()))
         .collect();
     let want = access.password.map(digest);
-    let due: Vec<(&Member, &str, Given)> = steps(&view, want.as_deref())
+    // `default` off: each member once; else towards the password.
+    let planned = if access.default_off {
+        view.iter()
+            .filter(|(_, g)| *g != Some(&Given::Off))
+            .map(|(pod, _)| (pod.to_string(), Given::Off))
+            .collect()
+    } else {
+        steps(&view, want.as_deref())
+    };
+    let due: Vec<(&Member, &str, Given)> = planned
         .into_iter()
         .filter_map(|(pod, step)| {
             let (m, run_id) = answering.iter().find(|(m, _)| m.pod == pod)?;
@@ -129,8 +140,12 @@ pub async fn converge(
         .collect();
     let results = join_all(due.iter().map(|(m, _, step)| async move {
         let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER").arg("default").arg("on");
+        cmd.arg("SETUSER").arg("default");
+        if *step != Given::Off {
+            cmd.arg("on");
+        }
         match (step, access.password) {
+            (Given::Off, _) => cmd.arg("off"),
             (Given::Added(_), Some(p)) => cmd.arg(format!(">{p}")),
             (Given::Only(_), Some(p)) => cmd.arg("resetpass").arg(format!(">{p}")),
             _ => cmd.arg("nopass"),

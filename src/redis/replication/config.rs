@@ -142,10 +142,32 @@ pub fn config_args(
 /// the container (from a `secretKeyRef` to [`operator_secret_name`]).
 pub const OPERATOR_PASSWORD_ENV: &str = "PODKEEPER_PASSWORD";
 
-/// The Redis user the operator logs in as, and replicas to their primary
-/// (`masteruser`): its own, so that changing the clients' password
-/// (`spec.auth`) never locks the operator or replication out.
+/// The Redis user the operator logs in as: its own, so that changing the
+/// clients' password (`spec.auth`) never locks the operator out.
 pub const OPERATOR_USER: &str = "podkeeper";
+
+/// What the operator's user may do: the commands the operator and the
+/// readiness probe send, no keys, no channels.
+pub const OPERATOR_RULES: &str = "resetkeys resetchannels -@all +ping +info +role +replicaof +failover +wait +config|get +config|set +acl|setuser +acl|deluser +acl|users";
+
+/// The Redis user replicas log in to their primary as (`masteruser`), and
+/// backups take their snapshot as: the replication commands only.
+pub const REPLICATION_USER: &str = "replication";
+
+/// What the replication user may do.
+pub const REPLICATION_RULES: &str = "resetkeys resetchannels -@all +psync +sync +replconf +ping";
+
+/// The environment variable that carries the replication user's password
+/// into the container (from a `secretKeyRef` to [`operator_secret_name`],
+/// key [`REPLICATION_SECRET_KEY`]).
+pub const REPLICATION_PASSWORD_ENV: &str = "PODKEEPER_REPLICATION_PASSWORD";
+
+/// The key of the replication user's password in [`operator_secret_name`].
+pub const REPLICATION_SECRET_KEY: &str = "replication";
+
+/// The environment variable that says, with the value `off`, that the
+/// `default` user may not log in (`spec.defaultUser: Disabled`).
+pub const DEFAULT_USER_ENV: &str = "PODKEEPER_DEFAULT_USER";
 
 /// The Secret podkeeper makes for its own user's password, owned by the
 /// Redis (key [`OPERATOR_SECRET_KEY`]).
@@ -162,21 +184,29 @@ pub const OPERATOR_SECRET_KEY: &str = "password";
 /// password is in the Pod spec or in redis-server's command line:
 ///
 /// - the operator's user [`OPERATOR_USER`] with the password from
-///   [`OPERATOR_PASSWORD_ENV`] (letters and digits, made by podkeeper; the
-///   script refuses anything else), and replication logging in as it
-///   (`masteruser`, `masterauth`);
+///   [`OPERATOR_PASSWORD_ENV`] and [`OPERATOR_RULES`], the replication
+///   user [`REPLICATION_USER`] with the password from
+///   [`REPLICATION_PASSWORD_ENV`] and [`REPLICATION_RULES`] (both
+///   passwords letters and digits, made by podkeeper; the script refuses
+///   anything else), and replication logging in as it (`masteruser`,
+///   `masterauth`);
+/// - with [`DEFAULT_USER_ENV`] `off`, the `default` user off;
 /// - with `spec.auth`, `requirepass` (the `default` user's password) from
 ///   [`PASSWORD_ENV`], quoted for redis.conf with shell built-ins only (no
 ///   other process sees it): `\`, `"` and line feeds are escaped inside
 ///   double quotes, every other byte stands for itself.
 ///
-/// Both variables are unset before the exec, so redis-server's environment
-/// does not hold them either. `$@` is the arguments.
-pub const AUTH_SCRIPT: &str = r#"o=$PODKEEPER_PASSWORD
-unset PODKEEPER_PASSWORD
-case $o in
-  ''|*[!A-Za-z0-9]*) echo "podkeeper: the operator's password must be letters and digits" >&2; exit 1 ;;
-esac
+/// The password variables are unset before the exec, so redis-server's
+/// environment does not hold them either. `$@` is the arguments.
+pub const AUTH_SCRIPT: &str = r#"o=$PODKEEPER_PASSWORD r=$PODKEEPER_REPLICATION_PASSWORD
+unset PODKEEPER_PASSWORD PODKEEPER_REPLICATION_PASSWORD
+for x in "$o" "$r"; do
+  case $x in
+    ''|*[!A-Za-z0-9]*) echo "podkeeper: the operator's and replication's passwords must be letters and digits" >&2; exit 1 ;;
+  esac
+done
+d=
+[ "$PODKEEPER_DEFAULT_USER" = off ] && d='user default off'
 a=
 if [ -n "${REDIS_PASSWORD+set}" ]; then
   p=$REDIS_PASSWORD
@@ -198,10 +228,12 @@ if [ -n "${REDIS_PASSWORD+set}" ]; then
 fi
 unset REDIS_PASSWORD
 exec redis-server "$@" - <<EOF
-user podkeeper on >$o ~* &* +@all
-masteruser podkeeper
-masterauth $o
+user podkeeper on >$o resetkeys resetchannels -@all +ping +info +role +replicaof +failover +wait +config|get +config|set +acl|setuser +acl|deluser +acl|users
+user replication on >$r resetkeys resetchannels -@all +psync +sync +replconf +ping
+masteruser replication
+masterauth $r
 $a
+$d
 EOF
 "#;
 
@@ -483,9 +515,10 @@ mod tests {
             args[3..8],
             ["--port", "6379", "--replicaof", "127.0.0.1", "1"]
         );
-        for var in [PASSWORD_ENV, OPERATOR_PASSWORD_ENV] {
-            assert!(AUTH_SCRIPT.contains(&format!("unset {var}\n")));
-        }
+        assert!(AUTH_SCRIPT.contains(&format!("unset {PASSWORD_ENV}\n")));
+        assert!(AUTH_SCRIPT.contains(&format!(
+            "unset {OPERATOR_PASSWORD_ENV} {REPLICATION_PASSWORD_ENV}\n"
+        )));
         for a in &args[3..] {
             assert!(!a.contains("requirepass") && !a.contains("masterauth") && !a.contains('$'));
         }
@@ -546,19 +579,28 @@ mod tests {
             dir.path().display(),
             std::env::var("PATH").unwrap()
         );
-        let run = |operator: &str, password: Option<&str>| {
-            let (cmd, args) = server_command(7000, &["--save".into(), String::new()]);
-            let mut c = std::process::Command::new(&cmd[0]);
-            c.args(&args)
-                .env("PATH", &path)
-                .env("OUT", dir.path())
-                .env(OPERATOR_PASSWORD_ENV, operator)
-                .env_remove(PASSWORD_ENV);
-            if let Some(p) = password {
-                c.env(PASSWORD_ENV, p);
-            }
-            c.status().unwrap().success()
-        };
+        let replication = "Repl1cationPassw0rd";
+        let run_as =
+            |operator: &str, replication: &str, password: Option<&str>, default_off: bool| {
+                let (cmd, args) = server_command(7000, &["--save".into(), String::new()]);
+                let mut c = std::process::Command::new(&cmd[0]);
+                c.args(&args)
+                    .env("PATH", &path)
+                    .env("OUT", dir.path())
+                    .env(OPERATOR_PASSWORD_ENV, operator)
+                    .env(REPLICATION_PASSWORD_ENV, replication)
+                    .env_remove(PASSWORD_ENV)
+                    .env_remove(DEFAULT_USER_ENV);
+                if default_off {
+                    c.env(DEFAULT_USER_ENV, "off");
+                }
+                if let Some(p) = password {
+                    c.env(PASSWORD_ENV, p);
+                }
+                c.status().unwrap().success()
+            };
+        let run =
+            |operator: &str, password: Option<&str>| run_as(operator, replication, password, false);
         let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
         let operator = "Op3ratorPassw0rd";
         for password in [
@@ -579,26 +621,32 @@ mod tests {
             let argv: Vec<&str> = argv.lines().collect();
             assert_eq!(argv.last(), Some(&"-"), "stdin is the last argument");
             assert_eq!(argv[..2], ["--port", "7000"]);
-            for secret in [password, operator] {
+            for secret in [password, operator, replication] {
                 if secret.len() >= 5 {
                     assert!(!argv.join("\n").contains(secret), "{secret:?} in {argv:?}");
                 }
             }
             let env = read("env");
-            assert!(!env.contains(PASSWORD_ENV) && !env.contains(OPERATOR_PASSWORD_ENV));
+            assert!(
+                !env.contains(PASSWORD_ENV)
+                    && !env.contains(OPERATOR_PASSWORD_ENV)
+                    && !env.contains(REPLICATION_PASSWORD_ENV)
+            );
             let stdin = read("stdin");
             let lines: Vec<&str> = stdin.lines().collect();
             assert_eq!(
-                lines[..3],
+                lines[..4],
                 [
-                    format!("user {OPERATOR_USER} on >{operator} ~* &* +@all"),
-                    format!("masteruser {OPERATOR_USER}"),
-                    format!("masterauth {operator}"),
+                    format!("user {OPERATOR_USER} on >{operator} {OPERATOR_RULES}"),
+                    format!("user {REPLICATION_USER} on >{replication} {REPLICATION_RULES}"),
+                    format!("masteruser {REPLICATION_USER}"),
+                    format!("masterauth {replication}"),
                 ],
                 "{stdin:?}"
             );
-            assert_eq!(lines.len(), 4, "{stdin:?}");
-            let quoted = lines[3].strip_prefix("requirepass ").unwrap();
+            assert_eq!(lines.len(), 6, "{stdin:?}");
+            assert_eq!(lines[5], "", "the default user as Redis has it");
+            let quoted = lines[4].strip_prefix("requirepass ").unwrap();
             assert_eq!(
                 redis_conf_unquote(quoted),
                 password.as_bytes(),
@@ -610,10 +658,14 @@ mod tests {
         let stdin = read("stdin");
         assert!(!stdin.contains("requirepass"), "{stdin:?}");
         assert!(stdin.starts_with(&format!("user {OPERATOR_USER} on >{operator} ")));
-        // An operator password that is not letters and digits is refused:
-        // it would be read as more ACL rules.
+        // spec.defaultUser: Disabled.
+        assert!(run_as(operator, replication, Some("pw"), true));
+        assert_eq!(read("stdin").lines().last(), Some("user default off"));
+        // An operator or replication password that is not letters and
+        // digits is refused: it would be read as more ACL rules.
         for bad in ["", "two words", "pw>x", "a\nb"] {
             assert!(!run(bad, None), "{bad:?}");
+            assert!(!run_as(operator, bad, None, false), "{bad:?}");
         }
     }
 }

@@ -101,5 +101,6 @@ pub mod objects;
 pub mod observer;
 pub mod tls;
 pub mod topology;
+pub mod users;
 
 pub use error::{ActionError, ClientError, ConfigError, InfoError};

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, Secret
 use crate::api::names::{POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::AuthSpec;
 use crate::redis::replication::config::{
-    OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV, operator_secret_name,
+    OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV,
+    REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY, operator_secret_name,
 };
 use crate::redis::replication::tls::MOUNT;
 
@@ -84,21 +85,25 @@ pub fn password_env(auth: &AuthSpec) -> EnvVar {
     }
 }
 
-/// The container's variable with the operator's own password, from the
-/// Secret podkeeper makes for Redis `redis`.
-pub fn operator_password_env(redis: &str) -> EnvVar {
-    EnvVar {
-        name: OPERATOR_PASSWORD_ENV.to_string(),
+/// The container's variables with the operator's own password and the
+/// replication user's, from the Secret podkeeper makes for Redis `redis`.
+pub fn operator_password_env(redis: &str) -> [EnvVar; 2] {
+    [
+        (OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY),
+        (REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY),
+    ]
+    .map(|(name, key)| EnvVar {
+        name: name.to_string(),
         value: None,
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: operator_secret_name(redis),
-                key: OPERATOR_SECRET_KEY.into(),
+                key: key.into(),
                 optional: Some(false),
             }),
             ..EnvVarSource::default()
         }),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -260,6 +260,8 @@ async fn observe_member(
         route: &route,
         // The endpoint says whether it is over TLS.
         tls: None,
+        users: None,
+        default_off: false,
     };
     let mut failures = 0u32;
     loop {

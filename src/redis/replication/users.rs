@@ -1,0 +1,357 @@
+//! The application users (`spec.users`) on the running members, with
+//! `ACL SETUSER` over the operator's own user: no Pod spec holds them, so a
+//! change reaches the members without a restart, and a member that starts
+//! gets them from the operator before it is made a replica (it follows the
+//! start-up placeholder until then, and is not Ready).
+//!
+//! A user's password changes as the clients' password does
+//! ([`crate::redis::replication::clients`]): the new one beside the old on
+//! every member, then the new one alone. Its permissions are set whole
+//! each time (`resetkeys resetchannels -@all`, then its rules), always
+//! followed by [`DENIED`]: an application user cannot run administrative
+//! commands, whatever its rules say. A user no longer in the spec is
+//! deleted; a member's process is swept once of users podkeeper does not
+//! know (left by an operator that did not see a removal).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use futures::future::join_all;
+
+use crate::redis::replication::client::{Access, Connections, Node};
+use crate::redis::replication::clients::{Given, digest, steps};
+use crate::redis::replication::config::{OPERATOR_USER, REPLICATION_USER};
+use crate::redis::replication::error::ClientError;
+use crate::redis::replication::topology::Member;
+
+/// Appended to every application user's rules: no administrative command
+/// (REPLICAOF, FAILOVER, CONFIG, ACL, SHUTDOWN, MONITOR, SYNC, ...), no
+/// DEBUG, no MODULE.
+pub const DENIED: &str = "-@admin -debug -module";
+
+/// One application user as the members should have it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+    pub rules: String,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl User {
+    /// What identifies the user's password and rules together.
+    fn digest(&self) -> String {
+        digest(&format!("{}\n{}", self.password, self.rules))
+    }
+
+    /// `ACL SETUSER` for `step`: the password beside the others, or alone;
+    /// the permissions whole.
+    fn setuser(&self, step: &Given) -> redis::Cmd {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(&self.name).arg("on");
+        if matches!(step, Given::Only(_)) {
+            cmd.arg("resetpass");
+        }
+        cmd.arg(format!(">{}", self.password))
+            .arg("resetkeys")
+            .arg("resetchannels")
+            .arg("-@all");
+        for word in self.rules.split_whitespace().chain(DENIED.split(' ')) {
+            cmd.arg(word);
+        }
+        cmd
+    }
+}
+
+/// The users of one round: those whose password could be read, and the
+/// names of all of `spec.users` (a user whose Secret cannot be read is
+/// left as the members have it, not deleted).
+#[derive(Clone, Debug, Default)]
+pub struct Users {
+    pub users: Vec<User>,
+    pub names: HashSet<String>,
+}
+
+/// Per member process: whether it was swept, and what each user was given.
+#[derive(Debug, Default)]
+struct Process {
+    run_id: String,
+    swept: bool,
+    given: HashMap<String, Given>,
+}
+
+/// What a member's process is known to have: swept, and per user.
+type Known = (bool, HashMap<String, Given>);
+
+/// What each member's process was given.
+#[derive(Debug, Default)]
+pub struct Ledger(Mutex<HashMap<String, Process>>);
+
+impl Ledger {
+    fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<String, Process>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the Pods `keep` says no to.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        self.locked().retain(|p, _| keep(p));
+    }
+
+    /// What `pod`'s process `run_id` was given (nothing, for a new one).
+    fn of(&self, pod: &str, run_id: &str) -> Known {
+        self.locked()
+            .get(pod)
+            .filter(|p| p.run_id == run_id)
+            .map(|p| (p.swept, p.given.clone()))
+            .unwrap_or_default()
+    }
+
+    fn note(&self, pod: &str, run_id: &str, swept: bool, given: HashMap<String, Given>) {
+        self.locked().insert(
+            pod.to_string(),
+            Process {
+                run_id: run_id.to_string(),
+                swept,
+                given,
+            },
+        );
+    }
+}
+
+/// One member's commands this round.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Due {
+    /// Sweep its process of users podkeeper does not know.
+    pub sweep: bool,
+    pub set: Vec<(String, Given)>,
+    pub delete: Vec<String>,
+}
+
+/// What to ask each member (`given`: per member, whether swept and what
+/// each user was given), towards `users`. Pure.
+pub fn plan(
+    given: &[(&str, bool, &HashMap<String, Given>)],
+    users: &Users,
+) -> HashMap<String, Due> {
+    let mut out: HashMap<String, Due> = HashMap::new();
+    for u in &users.users {
+        let view: Vec<(&str, Option<&Given>)> = given
+            .iter()
+            .map(|(pod, _, g)| (*pod, g.get(&u.name)))
+            .collect();
+        for (pod, step) in steps(&view, Some(&u.digest())) {
+            out.entry(pod).or_default().set.push((u.name.clone(), step));
+        }
+    }
+    for (pod, swept, g) in given {
+        let due = out.entry(pod.to_string()).or_default();
+        due.sweep = !swept;
+        due.delete = g
+            .keys()
+            .filter(|n| !users.names.contains(*n))
+            .cloned()
+            .collect();
+        due.delete.sort();
+    }
+    out.retain(|_, d| *d != Due::default());
+    out
+}
+
+/// Users podkeeper keeps on every member whatever the spec says.
+fn own(name: &str) -> bool {
+    matches!(name, "default") || name == OPERATOR_USER || name == REPLICATION_USER
+}
+
+/// Brings the members that answer to `access.users` (see the module).
+/// Returns the members it could not bring (asked again next round).
+pub async fn converge(
+    members: &[Member],
+    access: &Access<'_>,
+    connections: &Connections,
+    ledger: &Ledger,
+) -> Vec<(String, ClientError)> {
+    let Some(users) = access.users else {
+        return Vec::new();
+    };
+    let answering: Vec<(&Member, &str)> = members
+        .iter()
+        .filter_map(|m| Some((m, m.info()?.run_id.as_str())))
+        .collect();
+    let known: Vec<Known> = answering
+        .iter()
+        .map(|(m, run_id)| ledger.of(&m.pod, run_id))
+        .collect();
+    let view: Vec<(&str, bool, &HashMap<String, Given>)> = answering
+        .iter()
+        .zip(&known)
+        .map(|((m, _), (swept, g))| (m.pod.as_str(), *swept, g))
+        .collect();
+    let due = plan(&view, users);
+    let asked: Vec<(&Member, &str, &Known, &Due)> = answering
+        .iter()
+        .zip(&known)
+        .filter_map(|((m, run_id), k)| Some((*m, *run_id, k, due.get(&m.pod)?)))
+        .collect();
+    let results = join_all(asked.iter().map(|(m, _, _, d)| async move {
+        let ip = m.ip.as_deref().unwrap_or_default();
+        connections
+            .call(
+                access,
+                &m.pod,
+                &access.endpoint(&m.pod, ip, m.port),
+                "ACL SETUSER",
+                |node: Node| async move {
+                    let mut delete = d.delete.clone();
+                    if d.sweep {
+                        let present: Vec<String> =
+                            node.command(redis::cmd("ACL").arg("USERS")).await?;
+                        delete.extend(
+                            present
+                                .into_iter()
+                                .filter(|n| !own(n) && !users.names.contains(n)),
+                        );
+                    }
+                    for name in &delete {
+                        node.command::<i64>(redis::cmd("ACL").arg("DELUSER").arg(name))
+                            .await?;
+                    }
+                    for (name, step) in &d.set {
+                        if let Some(u) = users.users.iter().find(|u| &u.name == name) {
+                            node.command::<()>(&u.setuser(step)).await?;
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .await
+    }))
+    .await;
+    let mut errors = Vec::new();
+    for ((m, run_id, (_, given), d), r) in asked.into_iter().zip(results) {
+        match r {
+            Ok(()) => {
+                let mut given = given.clone();
+                for name in &d.delete {
+                    given.remove(name);
+                }
+                given.extend(d.set.iter().cloned());
+                ledger.note(&m.pod, run_id, true, given);
+            }
+            Err(e) => errors.push((m.pod.clone(), e)),
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, password: &str) -> User {
+        User {
+            name: name.into(),
+            password: password.into(),
+            rules: "~app:* +@read".into(),
+        }
+    }
+
+    fn users(list: &[User]) -> Users {
+        Users {
+            users: list.to_vec(),
+            names: list.iter().map(|u| u.name.clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn users_are_added_beside_then_alone_removed_and_a_new_process_is_swept_once() {
+        let app = user("app", "one");
+        let empty = HashMap::new();
+        // A new process: swept, and the user added.
+        let due = plan(&[("a", false, &empty)], &users(std::slice::from_ref(&app)));
+        let d = &due["a"];
+        assert!(d.sweep);
+        assert_eq!(d.set, [("app".to_string(), Given::Added(app.digest()))]);
+        // Then alone.
+        let added: HashMap<String, Given> =
+            [("app".to_string(), Given::Added(app.digest()))].into();
+        let due = plan(&[("a", true, &added)], &users(std::slice::from_ref(&app)));
+        assert_eq!(
+            due["a"].set,
+            [("app".to_string(), Given::Only(app.digest()))]
+        );
+        assert!(!due["a"].sweep);
+        // Done: nothing.
+        let only: HashMap<String, Given> = [("app".to_string(), Given::Only(app.digest()))].into();
+        assert!(plan(&[("a", true, &only)], &users(std::slice::from_ref(&app))).is_empty());
+        // A new password: beside the old on both members before either
+        // drops the old.
+        let changed = user("app", "two");
+        let due = plan(
+            &[("a", true, &only), ("b", true, &only)],
+            &users(std::slice::from_ref(&changed)),
+        );
+        for pod in ["a", "b"] {
+            assert_eq!(
+                due[pod].set,
+                [("app".to_string(), Given::Added(changed.digest()))]
+            );
+        }
+        // A rules change is a change too.
+        let mut wider = app.clone();
+        wider.rules = "~* +@read".into();
+        assert_eq!(
+            plan(&[("a", true, &only)], &users(std::slice::from_ref(&wider)))["a"].set,
+            [("app".to_string(), Given::Added(wider.digest()))]
+        );
+        // Removed from the spec: deleted.
+        let due = plan(&[("a", true, &only)], &users(&[]));
+        assert_eq!(due["a"].delete, ["app"]);
+        // A user whose Secret cannot be read is kept as it is.
+        let unread = Users {
+            users: Vec::new(),
+            names: ["app".to_string()].into(),
+        };
+        assert!(plan(&[("a", true, &only)], &unread).is_empty());
+    }
+
+    #[test]
+    fn whatever_its_rules_an_application_user_is_denied_administrative_commands_last() {
+        let mut u = user("app", "pw");
+        u.rules = "allcommands allkeys +config +debug".into();
+        let cmd = u.setuser(&Given::Only(u.digest()));
+        let args: Vec<String> = cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            args[..8],
+            [
+                "ACL",
+                "SETUSER",
+                "app",
+                "on",
+                "resetpass",
+                ">pw",
+                "resetkeys",
+                "resetchannels"
+            ]
+        );
+        assert_eq!(
+            args[args.len() - 3..],
+            ["-@admin", "-debug", "-module"],
+            "{args:?}"
+        );
+        assert!(!format!("{u:?}").contains("pw"));
+    }
+}
