@@ -133,7 +133,7 @@ pub struct RedisSpec {
     /// MODULE. Brought to the running members without a restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    #[x_kube(validation = Rule::new("self.all(u, self.exists_one(v, v.name == u.name))").message("spec.users: each name once"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub users: Vec<UserSpec>,
 
     /// Whether clients may log in as Redis's `default` user (with the
@@ -677,14 +677,17 @@ pub struct AuthSpec {
 #[serde(rename_all = "camelCase")]
 pub struct UserSpec {
     /// The user's name (not `default`, `podkeeper` or `replication`).
+    #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-._A-Za-z0-9]{0,63}$')").message("spec.users[].name: 1-64 letters, digits, '-', '_', '.'"))]
     #[x_kube(validation = Rule::new("!(self in ['default', 'podkeeper', 'replication'])").message("spec.users[].name: default, podkeeper and replication are Redis's and podkeeper's own users"))]
     pub name: String,
     /// The Secret in this namespace with the user's password.
+    #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("size(self) <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.users[].secretName must be a Secret name (a DNS subdomain)"))]
     pub secret_name: String,
     /// The key of the password in the Secret.
     #[serde(default = "default_auth_key")]
+    #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]{1,253}$')").message("spec.users[].key must be a Secret key (letters, digits, '-', '_', '.')"))]
     pub key: String,
     /// The user's permissions, as Redis ACL rules separated by spaces:
@@ -692,8 +695,8 @@ pub struct UserSpec {
     /// `%R~cache:*`, `allkeys`) and channels (`&news`, `allchannels`).
     /// Passwords, `on`/`off` and `reset` are podkeeper's.
     #[serde(default = "default_user_rules")]
-    #[x_kube(validation = Rule::new("self.split(' ').all(w, w == '' || w.matches('^([+-]@?[a-z][-a-z|_]*|~[^ ]+|%R?W?~[^ ]+|&[^ ]+|allkeys|resetkeys|allchannels|resetchannels|allcommands|nocommands)$'))").message("spec.users[].rules: ACL permissions only (+command, -command, +@category, ~pattern, %R~pattern, &channel, allkeys, resetkeys, allchannels, resetchannels): passwords come from the Secret"))]
-    #[schemars(length(max = 4096))]
+    #[x_kube(validation = Rule::new("self.matches('^( *([+-]@?[a-z][-a-z|_]*|~[^ ]+|%R?W?~[^ ]+|&[^ ]+|allkeys|resetkeys|allchannels|resetchannels|allcommands|nocommands)( |$))* *$')").message("spec.users[].rules: ACL permissions only (+command, -command, +@category, ~pattern, %R~pattern, &channel, allkeys, resetkeys, allchannels, resetchannels): passwords come from the Secret"))]
+    #[schemars(length(max = 1024))]
     pub rules: String,
 }
 

@@ -253,6 +253,27 @@ async fn auth_config_and_failover_are_validated() {
             json!({"auth": {"secretName": "s", "key": "a/b"}}),
             "spec.auth.key",
         ),
+        (
+            json!({"users": [{"name": "podkeeper", "secretName": "s"}]}),
+            "default, podkeeper and replication are Redis's and podkeeper's own users",
+        ),
+        (
+            json!({"users": [{"name": "app", "secretName": "s"}, {"name": "app", "secretName": "t"}]}),
+            "Duplicate value",
+        ),
+        (
+            json!({"users": [{"name": "app", "secretName": "s", "rules": "+@read >sneaky"}]}),
+            "spec.users[].rules: ACL permissions only",
+        ),
+        (
+            json!({"users": [{"name": "app", "secretName": "s", "rules": "on nopass +@all"}]}),
+            "spec.users[].rules: ACL permissions only",
+        ),
+        (
+            json!({"users": [{"name": "has space", "secretName": "s"}]}),
+            "spec.users[].name",
+        ),
+        (json!({"defaultUser": "Off"}), "`Enabled` or `Disabled`"),
     ] {
         let err = create(&env, "bad", spec.clone()).await.unwrap_err();
         assert!(err.contains(words), "{spec}: {err}");
@@ -336,13 +357,32 @@ async fn auth_config_and_failover_are_validated() {
     );
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/locked"]);
     assert!(ok && out.contains("SecretCreated"), "{out}");
-    // The operator's own user's password too, owned by the Redis.
+    // The operator's own user's password too, and the replication
+    // user's, owned by the Redis.
     let own = secrets.get("locked-podkeeper").await.unwrap();
     assert_eq!(secret_value(&own, "password").len(), 32);
+    assert_eq!(secret_value(&own, "replication").len(), 32);
     assert!(
         own.owner_references()
             .iter()
             .any(|o| o.uid == r.uid().unwrap())
+    );
+    // A Secret an older podkeeper made has no replication key: it is
+    // added (the operator's password kept).
+    let mut old = own.clone();
+    old.data.as_mut().unwrap().remove("replication");
+    secrets
+        .replace("locked-podkeeper", &PostParams::default(), &old)
+        .await
+        .unwrap();
+    let upgraded = wait_for("the replication key added", TIMEOUT, || async {
+        let s = secrets.get("locked-podkeeper").await.ok()?;
+        s.data.as_ref()?.contains_key("replication").then_some(s)
+    })
+    .await;
+    assert_eq!(
+        secret_value(&upgraded, "password"),
+        secret_value(&own, "password")
     );
 
     // A Secret the user made is used as it is, never overwritten; one
