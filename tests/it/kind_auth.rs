@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podkeeper::api::Redis;
-use podkeeper_dev::bench::redis::session::{CLIENT, InvariantWatch, Session};
+use podkeeper_dev::bench::redis::session::{self, CLIENT, InvariantWatch, Session};
 use podkeeper_dev::bench::redis::{self as bench, writer};
 use podkeeper_dev::kind::versions::REDIS_IMAGE;
 use serde_json::json;
@@ -195,5 +195,150 @@ async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_
     s.writes_accepted(100).await.unwrap();
 
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    assert_nothing_lost(&w);
+}
+
+/// What the member at `ip` answers `PING` from a client logging in as
+/// `user` with `password`.
+fn login_as(s: &Session, ip: &str, user: &str, password: &str) -> String {
+    s.sh(
+        CLIENT,
+        &format!("REDISCLI_AUTH='{password}' redis-cli --user {user} -h {ip} -p 6379 ping 2>&1; true"),
+    )
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+#[tokio::test]
+async fn an_application_users_password_changes_under_writes_without_a_restart_and_it_cannot_administer_the_set()
+ {
+    let env = TestEnv::new("kind-users").await;
+    let s = session(&env).await;
+    let name = "users";
+    let secrets: Api<Secret> = env.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-password"},
+        "stringData": {"password": "app-one"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    // Only the application user may log in; it may write the writer's keys
+    // and ask what the writer asks (WAIT, INFO).
+    s.create_redis_spec(
+        name,
+        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE,
+               "defaultUser": "Disabled",
+               "users": [{"name": "app", "secretName": "app-password",
+                          "rules": "~w* +@read +@write +@connection +info"}]}),
+    )
+    .await
+    .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    let set_login = |login: &str| {
+        s.sh(
+            CLIENT,
+            &format!(
+                "printf %s '{login}' > {f}.new && mv {f}.new {f}",
+                f = writer::PASSWORD_FILE
+            ),
+        )
+        .unwrap();
+    };
+    set_login("app app-one");
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    let before = members(&env, name).await;
+
+    // `default` is off; the application user cannot administer the set,
+    // whatever it asks, through the Service.
+    let anonymous = s
+        .sh(CLIENT, &format!("redis-cli -h {host} -p 6379 ping 2>&1; true"))
+        .unwrap();
+    assert!(anonymous.contains("NOAUTH"), "{anonymous}");
+    for admin in [
+        "config set maxmemory 1",
+        "replicaof no one",
+        "failover abort",
+        "acl setuser app +@all",
+        "shutdown nosave",
+    ] {
+        let out = s
+            .sh(
+                CLIENT,
+                &format!("REDISCLI_AUTH=app-one redis-cli --user app -h {host} -p 6379 {admin} 2>&1; true"),
+            )
+            .unwrap();
+        assert!(out.contains("NOPERM"), "{admin}: {out}");
+    }
+
+    // Its Secret changes: every member takes the new password beside the
+    // old, and then alone; no Pod replaced or restarted. The client moves
+    // as soon as every member takes the new one.
+    let changing = session::now();
+    secrets
+        .patch(
+            "app-password",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "app-two"}})),
+        )
+        .await
+        .unwrap();
+    wait_for("every member taking the new password", TIMEOUT, || async {
+        let now = members(&env, name).await;
+        now.values()
+            .all(|(_, ip, _)| login_as(&s, ip, "app", "app-two") == "PONG")
+            .then_some(())
+    })
+    .await;
+    set_login("app app-two");
+    wait_for("the old password gone", TIMEOUT, || async {
+        let now = members(&env, name).await;
+        now.values()
+            .all(|(_, ip, _)| login_as(&s, ip, "app", "app-one") != "PONG")
+            .then_some(())
+    })
+    .await;
+    s.writes_accepted(100).await.unwrap();
+    let changed = session::now();
+    assert_eq!(members(&env, name).await, before, "no Pod replaced or restarted");
+    let (attempts, _) = s.writes().unwrap();
+    eprintln!(
+        "writes refused while the user's password changed ({:.0} s): {:?}",
+        changed - changing,
+        writer::refusals(&attempts, changing, changed)
+    );
+
+    // A failover: the new primary has the user too.
+    let redises: Api<Redis> = env.api();
+    let primary = redises
+        .get(name)
+        .await
+        .unwrap()
+        .primary_pod()
+        .unwrap()
+        .to_string();
+    env.api::<Pod>()
+        .delete(&primary, &Default::default())
+        .await
+        .unwrap();
+    wait_for("a new primary", TIMEOUT, || async {
+        let r = redises.get(name).await.ok()?;
+        (r.primary_pod()? != primary).then_some(())
+    })
+    .await;
+    s.writes_accepted(100).await.unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    // The replacement member got the user before it served.
+    for (_, ip, _) in members(&env, name).await.values() {
+        assert_eq!(login_as(&s, ip, "app", "app-two"), "PONG");
+    }
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("{w:?}");
     assert_nothing_lost(&w);
 }

@@ -47,7 +47,8 @@ pub const SCRIPT: &str = "/ledger/writer.sh";
 pub const LOCK: &str = "/ledger/writer.lock";
 /// The clients' password, if the file exists: each write logs in with it
 /// first (`AUTH`), read again at every attempt, as a client that reloads
-/// its configuration. Letters, digits and punctuation without spaces.
+/// its configuration. Letters, digits and punctuation without spaces; or
+/// `<user> <password>` for a user of `spec.users` (`AUTH user password`).
 pub const PASSWORD_FILE: &str = "/ledger/password";
 /// The CA a TLS Redis's members are verified against: when the file
 /// exists, each write goes over TLS (`openssl s_client`, the server's
@@ -203,9 +204,9 @@ pub fn read_back_script(host: &str, port: u16, n: u64) -> String {
 /// in with [`PASSWORD_FILE`]'s password where it exists).
 pub fn keyed_read_back_script(prefix: &str, host: &str, port: u16, n: u64) -> String {
     format!(
-        "[ -r {PASSWORD_FILE} ] && export REDISCLI_AUTH=$(< {PASSWORD_FILE}); \
+        "u=; if [ -r {PASSWORD_FILE} ]; then read -r a b < {PASSWORD_FILE}; if [ -n \"$b\" ]; then u=\"--user $a\"; a=$b; fi; export REDISCLI_AUTH=$a; fi; \
          tls=; [ -r {TLS_CA_FILE} ] && tls=\"--tls --cacert {TLS_CA_FILE}\"; \
-         for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli $tls -h {host} -p {port}"
+         for ((i=1;i<={n};i++)); do printf 'GET {prefix}%d\\r\\n' $i; done | redis-cli $tls $u -h {host} -p {port}"
     )
 }
 
