@@ -9,6 +9,9 @@
 //!   fallback).
 //! - [`clients`]: the clients' password (`spec.auth`) brought to the
 //!   running members with `ACL SETUSER`, new beside old, then new only.
+//! - [`users`]: the application users (`spec.users`) brought to the
+//!   running members with `ACL SETUSER`, never with an administrative
+//!   command.
 //! - [`tls`]: the operator's TLS to the members (rustls, verifying the
 //!   Secret's CA and the Redis's name) and a renewed certificate brought to
 //!   the running members (`CONFIG SET`, checked by a handshake).
