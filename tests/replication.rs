@@ -2313,6 +2313,7 @@ async fn application_users_have_their_permissions_and_no_administrative_command_
     let users = |list: Vec<User>| Users {
         names: list.iter().map(|u| u.name.clone()).collect(),
         users: list,
+        replication: Some(REPLICATION_PASSWORD.into()),
     };
     set.users = Some(users(vec![
         app_user("app", "app-one", "~app:* +@read +@write"),
@@ -2439,6 +2440,86 @@ async fn application_users_have_their_permissions_and_no_administrative_command_
     }
     let round = set.round().await;
     assert!(round.plan.replicated, "{:#?}", round.plan);
+    assert_eq!(
+        set.servers.iter().map(Server::pid).collect::<Vec<_>>(),
+        pids,
+        "no member restarted"
+    );
+}
+
+/// Members started by the podkeeper before the replication user (which
+/// replicated as the operator's user, with every command) are given the
+/// replication user and made to log in to their primary as it by the next
+/// operator, without a restart: replicas that reconnect to an old primary,
+/// and an old replica, replicate again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_an_older_podkeeper_are_moved_to_the_replication_user_without_a_restart() {
+    let mut set = Set::start(3, None).await;
+    let primary = set.converge().await;
+    let pids: Vec<u32> = set.servers.iter().map(Server::pid).collect();
+    // Make the primary and one replica what an older podkeeper started:
+    // no replication user, replicating as `podkeeper` with all commands.
+    // The other replica is a new one (it logs in as `replication`, which
+    // the old primary does not have).
+    let new_replica = set.other_than(&primary);
+    for s in set.servers.iter().filter(|s| s.name != new_replica) {
+        let op = login_as(s, config::OPERATOR_USER, OPERATOR_PASSWORD)
+            .await
+            .unwrap();
+        for cmd in [
+            &["ACL", "SETUSER", "podkeeper", "~*", "&*", "+@all"][..],
+            &["ACL", "DELUSER", "replication"],
+            &["CONFIG", "SET", "masteruser", "podkeeper"],
+            &["CONFIG", "SET", "masterauth", OPERATOR_PASSWORD],
+        ] {
+            answer(&op, cmd).await.unwrap();
+        }
+    }
+    let p = login_as(
+        set.server(&primary),
+        config::OPERATOR_USER,
+        OPERATOR_PASSWORD,
+    )
+    .await
+    .unwrap();
+    // The upgraded operator (a new memory), which knows the replication
+    // user's password.
+    set.memory = Memory::default();
+    set.users = Some(Users {
+        replication: Some(REPLICATION_PASSWORD.into()),
+        ..Users::default()
+    });
+    set.round().await;
+    // The replicas reconnect (their links cut), now as `replication`.
+    answer(&p, &["CLIENT", "KILL", "TYPE", "replica"])
+        .await
+        .unwrap();
+    let round = set
+        .until("replicated again", |r| {
+            r.plan.replicated && r.plan.actions.is_empty()
+        })
+        .await;
+    assert_eq!(round.plan.primary.as_deref(), Some(primary.as_str()));
+    for s in &set.servers {
+        let op = login_as(s, config::OPERATOR_USER, OPERATOR_PASSWORD)
+            .await
+            .unwrap();
+        let mut conn = op.clone();
+        let user: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("masteruser")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(user[1], "replication", "{}", s.name);
+        assert!(
+            login_as(s, config::REPLICATION_USER, REPLICATION_PASSWORD)
+                .await
+                .is_some(),
+            "{}",
+            s.name
+        );
+    }
     assert_eq!(
         set.servers.iter().map(Server::pid).collect::<Vec<_>>(),
         pids,

@@ -73,6 +73,7 @@ pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<S
     }))
     .await;
     let mut out = Users {
+        replication: None,
         users: Vec::new(),
         names: redis.spec.users.iter().map(|u| u.name.clone()).collect(),
     };
@@ -86,11 +87,11 @@ pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<S
     (out, problems)
 }
 
-/// Makes sure the operator's Secret holds the replication user's password
-/// (a Secret made by an older podkeeper has the operator's only): adds a
-/// generated one, to a Secret the Redis owns, before any member is started
+/// The replication user's password, from the operator's Secret; a Secret
+/// made by an older podkeeper (the operator's password only) gets a
+/// generated one added, if the Redis owns it, before any member is started
 /// with a reference to it.
-pub async fn ensure_replication_password(ctx: &Context, owner: &Owner) -> Result<(), String> {
+pub async fn replication_password(ctx: &Context, owner: &Owner) -> Result<String, String> {
     let name = config::operator_secret_name(&owner.name);
     let key = config::REPLICATION_SECRET_KEY;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
@@ -101,8 +102,9 @@ pub async fn ensure_replication_password(ctx: &Context, owner: &Owner) -> Result
     else {
         return Err(format!("Secret {name} not found"));
     };
-    if secret_bytes(&secret, key).is_ok() {
-        return Ok(());
+    if let Ok(bytes) = secret_bytes(&secret, key) {
+        return String::from_utf8(bytes)
+            .map_err(|_| format!("Secret {name} key {key} is not UTF-8"));
     }
     if !secret
         .metadata
@@ -115,10 +117,11 @@ pub async fn ensure_replication_password(ctx: &Context, owner: &Owner) -> Result
             "Secret {name} has no key {key} and is not podkeeper's to change"
         ));
     }
+    let password = generate_password();
     secret
         .string_data
         .get_or_insert_default()
-        .insert(key.to_string(), generate_password());
+        .insert(key.to_string(), password.clone());
     api.replace(
         &name,
         &PostParams {
@@ -128,7 +131,7 @@ pub async fn ensure_replication_password(ctx: &Context, owner: &Owner) -> Result
         &secret,
     )
     .await
-    .map(|_| ())
+    .map(|_| password)
     .map_err(|e| format!("cannot add {key} to Secret {name}: {}", api_message(&e)))
 }
 

@@ -31,6 +31,7 @@ use crate::redis::pod::MemberPorts;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
+use crate::redis::replication::users::Users;
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
 use crate::redis::tls;
@@ -668,13 +669,19 @@ impl Extras<Redis> for ReplicationExtras {
         // Secret an older podkeeper made), before any member starts with a
         // reference to it.
         let replication = match &operator {
-            Ok(_) => auth::ensure_replication_password(ctx, owner).await.err(),
-            Err(_) => None,
+            Ok(_) => auth::replication_password(ctx, owner).await,
+            Err(_) => Err(String::new()),
+        };
+        // The replication user on every member too (members started by an
+        // older podkeeper replicate as the operator's user until then).
+        let users = Users {
+            replication: replication.as_ref().ok().cloned(),
+            ..users
         };
         let unreadable = [
             password.as_ref().err(),
             operator.as_ref().err(),
-            replication.as_ref(),
+            replication.as_ref().err().filter(|e| !e.is_empty()),
         ]
         .into_iter()
         .flatten()

@@ -203,7 +203,9 @@ async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_
 fn login_as(s: &Session, ip: &str, user: &str, password: &str) -> String {
     s.sh(
         CLIENT,
-        &format!("REDISCLI_AUTH='{password}' redis-cli --user {user} -h {ip} -p 6379 ping 2>&1; true"),
+        &format!(
+            "REDISCLI_AUTH='{password}' redis-cli --user {user} -h {ip} -p 6379 ping 2>&1; true"
+        ),
     )
     .unwrap()
     .trim()
@@ -258,7 +260,10 @@ async fn an_application_users_password_changes_under_writes_without_a_restart_an
     // `default` is off; the application user cannot administer the set,
     // whatever it asks, through the Service.
     let anonymous = s
-        .sh(CLIENT, &format!("redis-cli -h {host} -p 6379 ping 2>&1; true"))
+        .sh(
+            CLIENT,
+            &format!("redis-cli -h {host} -p 6379 ping 2>&1; true"),
+        )
         .unwrap();
     assert!(anonymous.contains("NOAUTH"), "{anonymous}");
     for admin in [
@@ -306,7 +311,11 @@ async fn an_application_users_password_changes_under_writes_without_a_restart_an
     .await;
     s.writes_accepted(100).await.unwrap();
     let changed = session::now();
-    assert_eq!(members(&env, name).await, before, "no Pod replaced or restarted");
+    assert_eq!(
+        members(&env, name).await,
+        before,
+        "no Pod replaced or restarted"
+    );
     let (attempts, _) = s.writes().unwrap();
     eprintln!(
         "writes refused while the user's password changed ({:.0} s): {:?}",

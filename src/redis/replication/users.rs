@@ -20,7 +20,7 @@ use futures::future::join_all;
 
 use crate::redis::replication::client::{Access, Connections, Node};
 use crate::redis::replication::clients::{Given, digest, steps};
-use crate::redis::replication::config::{OPERATOR_USER, REPLICATION_USER};
+use crate::redis::replication::config::{OPERATOR_USER, REPLICATION_RULES, REPLICATION_USER};
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::topology::Member;
 
@@ -74,13 +74,28 @@ impl User {
 /// The users of one round: those whose password could be read, and the
 /// names of all of `spec.users` (a user whose Secret cannot be read is
 /// left as the members have it, not deleted).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Users {
     pub users: Vec<User>,
     pub names: HashSet<String>,
+    /// The replication user's password: every member process is given the
+    /// user and logs in to its primary as it (`masteruser`/`masterauth`),
+    /// once (members started by an older podkeeper replicated as the
+    /// operator's user, which no longer may).
+    pub replication: Option<String>,
 }
 
-/// Per member process: whether it was swept, and what each user was given.
+impl std::fmt::Debug for Users {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Users")
+            .field("users", &self.users)
+            .field("names", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per member process: whether it was swept (and given the replication
+/// user), and what each user was given.
 #[derive(Debug, Default)]
 struct Process {
     run_id: String,
@@ -129,7 +144,8 @@ impl Ledger {
 /// One member's commands this round.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Due {
-    /// Sweep its process of users podkeeper does not know.
+    /// Sweep its process of users podkeeper does not know, and give it the
+    /// replication user.
     pub sweep: bool,
     pub set: Vec<(String, Given)>,
     pub delete: Vec<String>,
@@ -210,6 +226,24 @@ pub async fn converge(
                 "ACL SETUSER",
                 |node: Node| async move {
                     let mut delete = d.delete.clone();
+                    if d.sweep
+                        && let Some(password) = &users.replication
+                    {
+                        let mut user = redis::cmd("ACL");
+                        user.arg("SETUSER")
+                            .arg(REPLICATION_USER)
+                            .arg("on")
+                            .arg(format!(">{password}"));
+                        for word in REPLICATION_RULES.split(' ') {
+                            user.arg(word);
+                        }
+                        node.command::<()>(&user).await?;
+                        node.config_set_many(&[
+                            ("masteruser", REPLICATION_USER),
+                            ("masterauth", password),
+                        ])
+                        .await?;
+                    }
                     if d.sweep {
                         let present: Vec<String> =
                             node.command(redis::cmd("ACL").arg("USERS")).await?;
@@ -267,6 +301,7 @@ mod tests {
         Users {
             users: list.to_vec(),
             names: list.iter().map(|u| u.name.clone()).collect(),
+            replication: None,
         }
     }
 
@@ -318,6 +353,7 @@ mod tests {
         let unread = Users {
             users: Vec::new(),
             names: ["app".to_string()].into(),
+            replication: None,
         };
         assert!(plan(&[("a", true, &only)], &unread).is_empty());
     }
