@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,14 @@ pub struct RedisSpec {
     /// restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+
+    /// A NetworkPolicy `<name>` that admits to the members only the client
+    /// Pods `clients` selects (in this namespace, or in the namespaces
+    /// `namespaceSelector` picks), the members themselves and the
+    /// operator. Enforced only where the cluster's network plugin enforces
+    /// NetworkPolicies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicySpec>,
 
     /// Application users (Redis ACL users), each with its password from a
     /// Secret and its permissions. Whatever the permissions say, an
@@ -670,6 +679,18 @@ pub struct AuthSpec {
     /// Key in the Secret whose value is the password.
     #[serde(default = "default_auth_key")]
     pub key: String,
+}
+
+/// `spec.networkPolicy`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// The client Pods that may connect (an empty selector: every Pod of
+    /// the namespaces allowed).
+    pub clients: LabelSelector,
+    /// The namespaces the clients may be in (absent: this namespace only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// One of `spec.users`.

@@ -35,7 +35,7 @@ use crate::redis::replication::users::Users;
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
 use crate::redis::tls;
-use crate::redis::{disruption, rollout};
+use crate::redis::{disruption, network, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
 use crate::runtime::failure::{Failure, api_message};
@@ -122,6 +122,8 @@ pub struct ReplicationExtras {
     /// The operator's own image, for the `restore` init container of a
     /// Redis being restored (see [`crate::redis::restore`]).
     restore_image: Option<String>,
+    /// `spec.networkPolicy` (see [`crate::redis::network`]).
+    network: network::Applier,
 }
 
 /// The caches [`crate::redis::disruption`] reads.
@@ -146,6 +148,7 @@ impl ReplicationExtras {
             wake,
             disruptions: None,
             restore_image: None,
+            network: network::Applier::new(std::env::var("POD_NAMESPACE").ok()),
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -422,6 +425,7 @@ impl ReplicationExtras {
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
         self.applier.forget(uid);
+        self.network.forget(uid);
     }
 }
 
@@ -932,7 +936,8 @@ impl Extras<Redis> for ReplicationExtras {
     ) -> (Replication, Option<Failure>) {
         let budget_failure = self
             .apply_budgets(redis, ctx, owner, steer.primary.is_some())
-            .await;
+            .await
+            .or(self.network.step(redis, ctx, owner).await);
         // Both Services, each only when the cache shows it missing or
         // changed, applied beside the reconcile (see [`crate::runtime::service_applier`]).
         let owned = owned_named(self.applier.services(), owner, &service_names(redis));

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod certs;
 pub mod disruption;
 pub mod hooks;
+pub mod network;
 pub mod pod;
 pub mod replication;
 pub mod restore;
@@ -165,6 +166,7 @@ mod tests {
                 tls: None,
                 users: Vec::new(),
                 default_user: Default::default(),
+                network_policy: None,
                 config: Default::default(),
                 failover: Default::default(),
                 storage: None,

@@ -25,6 +25,7 @@ mod kind_tls;
 #[cfg(feature = "kind-e2e")]
 mod kind_under_writes;
 mod leader;
+mod network;
 mod proxy;
 mod redis;
 mod redis_wiring;
