@@ -86,7 +86,9 @@ async fn a_redis_gets_its_network_policy_changed_with_the_spec_and_deleted_with_
         .patch(
             "cache",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"networkPolicy": {"clients": {"matchLabels": {"app": "api"}}}}})),
+            &Patch::Merge(
+                json!({"spec": {"networkPolicy": {"clients": {"matchLabels": {"app": "api"}}}}}),
+            ),
         )
         .await
         .unwrap();
@@ -122,6 +124,23 @@ async fn a_network_policy_the_api_server_refuses_is_reported_and_applied_once_it
         "no network policies here",
     )
     .await;
+    // Once admission enforces it (a dry-run create is refused).
+    let probe: NetworkPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }))
+    .unwrap();
+    let policies = env.api::<NetworkPolicy>();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for("NetworkPolicy creates refused", TIMEOUT, || async {
+        let r = policies.create(&dry, &probe).await;
+        matches!(r, Err(kube::Error::Api(e)) if e.message.contains("no network policies"))
+            .then_some(())
+    })
+    .await;
     let mut op = env.start_operator();
     create(
         &env,
@@ -142,7 +161,6 @@ async fn a_network_policy_the_api_server_refuses_is_reported_and_applied_once_it
     .await;
     assert!(message.contains("no network policies here"), "{message}");
     policy.remove().await;
-    let policies = env.api::<NetworkPolicy>();
     wait_for("the policy applied", TIMEOUT, || async {
         policies.get_opt("refused").await.ok().flatten()
     })
