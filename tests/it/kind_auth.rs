@@ -23,7 +23,7 @@ use crate::kind_under_writes::{assert_nothing_lost, session};
 const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The member Pods of `name`: name -> (uid, IP, container restarts).
-async fn members(env: &TestEnv, name: &str) -> BTreeMap<String, (String, String, i32)> {
+pub(crate) async fn members(env: &TestEnv, name: &str) -> BTreeMap<String, (String, String, i32)> {
     let pods: Api<Pod> = env.api();
     pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
         .await
@@ -54,13 +54,7 @@ async fn members(env: &TestEnv, name: &str) -> BTreeMap<String, (String, String,
 /// What the member at `ip` answers `PING` from a client logging in with
 /// `password`: `PONG`, or the refusal.
 fn login(s: &Session, ip: &str, password: &str) -> String {
-    s.sh(
-        CLIENT,
-        &format!("REDISCLI_AUTH='{password}' redis-cli -h {ip} -p 6379 ping 2>&1; true"),
-    )
-    .unwrap()
-    .trim()
-    .to_string()
+    login_as(s, ip, "default", password)
 }
 
 #[tokio::test]
@@ -159,23 +153,7 @@ async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_
     })
     .await;
     assert!(secrets.get_opt("cache-auth").await.unwrap().is_none());
-    let primary = redises
-        .get(name)
-        .await
-        .unwrap()
-        .primary_pod()
-        .unwrap()
-        .to_string();
-    env.api::<Pod>()
-        .delete(&primary, &Default::default())
-        .await
-        .unwrap();
-    wait_for("a new primary without the Secret", TIMEOUT, || async {
-        let r = redises.get(name).await.ok()?;
-        let p = r.primary_pod()?;
-        (p != primary).then_some(())
-    })
-    .await;
+    fail_over(&env, name).await;
     s.writes_accepted(100).await.unwrap();
     let back: Secret = serde_json::from_value(json!({
         "metadata": {"name": "cache-auth"},
@@ -196,6 +174,28 @@ async fn a_changed_password_reaches_every_member_under_writes_without_a_restart_
 
     let w = bench::wind_up(&s, &host, watch).await.unwrap();
     assert_nothing_lost(&w);
+}
+
+/// Deletes the primary's Pod of Redis `name` and waits for another
+/// primary.
+pub(crate) async fn fail_over(env: &TestEnv, name: &str) {
+    let redises: Api<Redis> = env.api();
+    let primary = redises
+        .get(name)
+        .await
+        .unwrap()
+        .primary_pod()
+        .unwrap()
+        .to_string();
+    env.api::<Pod>()
+        .delete(&primary, &Default::default())
+        .await
+        .unwrap();
+    wait_for("a new primary", TIMEOUT, || async {
+        let r = redises.get(name).await.ok()?;
+        (r.primary_pod()? != primary).then_some(())
+    })
+    .await;
 }
 
 /// What the member at `ip` answers `PING` from a client logging in as
@@ -324,23 +324,7 @@ async fn an_application_users_password_changes_under_writes_without_a_restart_an
     );
 
     // A failover: the new primary has the user too.
-    let redises: Api<Redis> = env.api();
-    let primary = redises
-        .get(name)
-        .await
-        .unwrap()
-        .primary_pod()
-        .unwrap()
-        .to_string();
-    env.api::<Pod>()
-        .delete(&primary, &Default::default())
-        .await
-        .unwrap();
-    wait_for("a new primary", TIMEOUT, || async {
-        let r = redises.get(name).await.ok()?;
-        (r.primary_pod()? != primary).then_some(())
-    })
-    .await;
+    fail_over(&env, name).await;
     s.writes_accepted(100).await.unwrap();
     s.settled(name, 3, TIMEOUT).await.unwrap();
     // The replacement member got the user before it served.

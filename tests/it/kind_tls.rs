@@ -7,12 +7,10 @@
 //! TLS, with writers on both. Writes refused during each change are
 //! counted; acknowledged writes lost: none.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::Api;
 use podkeeper::api::Redis;
 use podkeeper::redis::certs;
 use podkeeper_dev::bench::redis::session::{CLIENT, InvariantWatch, Session, now};
@@ -21,39 +19,11 @@ use podkeeper_dev::kind::versions::REDIS_IMAGE;
 use serde_json::json;
 
 use crate::harness::{TestEnv, wait_for};
+use crate::kind_auth::{fail_over, members};
 use crate::kind_under_writes::{assert_nothing_lost, session};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 const TLS_PORT: u16 = 6380;
-
-/// The member Pods of `name`: name -> (uid, IP, container restarts).
-async fn members(env: &TestEnv, name: &str) -> BTreeMap<String, (String, String, i32)> {
-    let pods: Api<Pod> = env.api();
-    pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            let status = p.status.clone().unwrap_or_default();
-            let restarts = status
-                .container_statuses
-                .iter()
-                .flatten()
-                .map(|c| c.restart_count)
-                .sum();
-            (
-                p.name_any(),
-                (
-                    p.uid().unwrap(),
-                    status.pod_ip.unwrap_or_default(),
-                    restarts,
-                ),
-            )
-        })
-        .collect()
-}
 
 /// Gives the client Pod `pod` the Redis's CA and name: its writer and
 /// read-back go over TLS from then on, verifying the members.
@@ -217,23 +187,8 @@ async fn a_redis_over_tls_only_takes_a_renewed_certificate_up_under_writes_witho
     );
 
     // A failover over TLS: the primary deleted, a replica promoted.
-    let primary = redises
-        .get(name)
-        .await
-        .unwrap()
-        .primary_pod()
-        .unwrap()
-        .to_string();
     let failing = now();
-    env.api::<Pod>()
-        .delete(&primary, &Default::default())
-        .await
-        .unwrap();
-    wait_for("a new primary", TIMEOUT, || async {
-        let r = redises.get(name).await.ok()?;
-        (r.primary_pod()? != primary).then_some(())
-    })
-    .await;
+    fail_over(&env, name).await;
     s.writes_accepted(100).await.unwrap();
     s.settled(name, 3, TIMEOUT).await.unwrap();
     eprintln!(

@@ -14,23 +14,11 @@ use kube::api::{Patch, PatchParams, PostParams};
 use podkeeper::api::Redis;
 use serde_json::json;
 
-use crate::harness::{TestEnv, image, wait_for};
+use crate::harness::{TestEnv, wait_for};
+use crate::redis_wiring::create;
 use crate::transients::Policy;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-async fn create(env: &TestEnv, name: &str, mut spec: serde_json::Value) -> Redis {
-    spec["image"] = json!(image("redis:7.4.2"));
-    let redis: Redis = serde_json::from_value(json!({
-        "apiVersion": "podkeeper.dev/v1", "kind": "Redis",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap();
-    env.api::<Redis>()
-        .create(&PostParams::default(), &redis)
-        .await
-        .unwrap()
-}
 
 /// The policy's client selector (`app` label) and ports, once it exists.
 fn shape(p: &NetworkPolicy) -> (Option<String>, Vec<i32>) {
@@ -62,7 +50,8 @@ async fn a_redis_gets_its_network_policy_changed_with_the_spec_and_deleted_with_
         json!({"replicas": 1, "tls": {"plaintext": true},
                "networkPolicy": {"clients": {"matchLabels": {"app": "web"}}}}),
     )
-    .await;
+    .await
+    .unwrap();
     let policies = env.api::<NetworkPolicy>();
     let p = wait_for("the NetworkPolicy", TIMEOUT, || async {
         policies.get_opt("cache").await.ok().flatten()
@@ -147,7 +136,8 @@ async fn a_network_policy_the_api_server_refuses_is_reported_and_applied_once_it
         "refused",
         json!({"replicas": 1, "networkPolicy": {"clients": {}}}),
     )
-    .await;
+    .await
+    .unwrap();
     let redises = env.api::<Redis>();
     let message = wait_for("FailedNetworkPolicy", TIMEOUT, || async {
         let r = redises.get("refused").await.ok()?;

@@ -20,7 +20,11 @@ const ROLE: &str = "podkeeper.dev/role";
 
 /// Creates a Redis of `spec`, on an image the cluster has unless `spec`
 /// names one.
-async fn create(env: &TestEnv, name: &str, mut spec: serde_json::Value) -> Result<Redis, String> {
+pub(crate) async fn create(
+    env: &TestEnv,
+    name: &str,
+    mut spec: serde_json::Value,
+) -> Result<Redis, String> {
     if spec.get("image").is_none() {
         spec["image"] = json!(image("redis:7.4.2"));
     }
@@ -48,7 +52,7 @@ async fn live_pods(env: &TestEnv, uid: &str) -> Vec<Pod> {
         .collect()
 }
 
-fn condition(r: &Redis, type_: &str) -> Option<(String, String, String)> {
+pub(crate) fn condition(r: &Redis, type_: &str) -> Option<(String, String, String)> {
     r.status
         .as_ref()?
         .conditions

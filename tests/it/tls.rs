@@ -18,24 +18,10 @@ use podkeeper::api::Redis;
 use podkeeper::redis::certs::{self, Material};
 use serde_json::json;
 
-use crate::harness::{TestEnv, image, owned_by, wait_for};
+use crate::harness::{TestEnv, owned_by, wait_for};
+use crate::redis_wiring::{condition, create};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-async fn create(env: &TestEnv, name: &str, mut spec: serde_json::Value) -> Result<Redis, String> {
-    spec["image"] = json!(image("redis:7.4.2"));
-    let redis: Redis = serde_json::from_value(json!({
-        "apiVersion": "podkeeper.dev/v1",
-        "kind": "Redis",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .map_err(|e| e.to_string())?;
-    env.api::<Redis>()
-        .create(&PostParams::default(), &redis)
-        .await
-        .map_err(|e| e.to_string())
-}
 
 async fn patch(env: &TestEnv, name: &str, spec: serde_json::Value) -> Result<Redis, String> {
     env.api::<Redis>()
@@ -46,15 +32,6 @@ async fn patch(env: &TestEnv, name: &str, spec: serde_json::Value) -> Result<Red
         )
         .await
         .map_err(|e| e.to_string())
-}
-
-fn condition(r: &Redis, type_: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// Waits until the Redis's `CertificateServed` condition has `reason`;

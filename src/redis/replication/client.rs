@@ -31,11 +31,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
+use tokio_util::either::Either;
 
 use crate::redis::replication::config::OPERATOR_USER;
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
-use crate::redis::replication::tls::{Dial, Stream, TlsAccess};
+use crate::redis::replication::tls::{self, Dial, TlsAccess};
 use crate::redis::replication::users::Users;
 
 /// The most a server may send between two requests; far above a real
@@ -190,11 +191,9 @@ pub enum Route {
     PortForward(Box<Api<Pod>>),
 }
 
-/// A connection to a member's Pod, by either route.
-pub enum RawStream {
-    Tcp(tokio::net::TcpStream),
-    Forwarded(tokio::io::DuplexStream),
-}
+/// A connection to a member's Pod, by either route: TCP to its IP, or
+/// the API server's port-forward.
+pub type RawStream = Either<tokio::net::TcpStream, tokio::io::DuplexStream>;
 
 impl Route {
     /// A connection to `port` of `pod` (at `ip`).
@@ -203,49 +202,9 @@ impl Route {
             Route::PodNetwork => {
                 let stream = tokio::net::TcpStream::connect((ip, port)).await?;
                 stream.set_nodelay(true)?;
-                Ok(RawStream::Tcp(stream))
+                Ok(Either::Left(stream))
             }
-            Route::PortForward(pods) => {
-                Ok(RawStream::Forwarded(port_forward(pods, pod, port).await?))
-            }
-        }
-    }
-}
-
-impl AsyncRead for RawStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            RawStream::Forwarded(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for RawStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            RawStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            RawStream::Forwarded(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            RawStream::Forwarded(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            RawStream::Forwarded(s) => Pin::new(s).poll_shutdown(cx),
+            Route::PortForward(pods) => Ok(Either::Right(port_forward(pods, pod, port).await?)),
         }
     }
 }
@@ -337,7 +296,7 @@ impl Node {
                 .connect(pod, &endpoint.ip, endpoint.port)
                 .await
                 .map_err(connect_error)?;
-            let stream = Stream::open(stream, endpoint.tls.as_ref())
+            let stream = tls::open(stream, endpoint.tls.as_ref())
                 .await
                 .map_err(connect_error)?;
             let tried = handshake(settings, stream, config.clone()).await;

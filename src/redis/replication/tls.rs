@@ -7,16 +7,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use futures::future::join_all;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use crate::redis::certs;
 use crate::redis::replication::client::{Access, Connections, Node};
@@ -113,61 +112,18 @@ impl Dial {
     }
 }
 
-/// A connection to a member, plain or over TLS.
-pub enum Stream<S> {
-    Plain(S),
-    Tls(Box<TlsStream<S>>),
-}
+/// A connection to a member, over TLS or plain.
+pub type Stream<S> = Either<Box<TlsStream<S>>, S>;
 
-impl<S> Stream<S>
+/// `stream`, over TLS with `dial` when there is one.
+pub async fn open<S>(stream: S, dial: Option<&Dial>) -> io::Result<Stream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    /// `stream`, over TLS with `dial` when there is one.
-    pub async fn open(stream: S, dial: Option<&Dial>) -> io::Result<Self> {
-        Ok(match dial {
-            Some(d) => Stream::Tls(Box::new(d.wrap(stream).await?)),
-            None => Stream::Plain(stream),
-        })
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
+    Ok(match dial {
+        Some(d) => Either::Left(Box::new(d.wrap(stream).await?)),
+        None => Either::Right(stream),
+    })
 }
 
 /// A Redis's TLS as the operator uses it in one round.
