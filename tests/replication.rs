@@ -21,12 +21,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use podkeeper::api::redis::PrimaryStatus;
 use podkeeper::redis::replication::ClientError;
+use podkeeper::redis::replication::acl::{User, Users};
 use podkeeper::redis::replication::act::{self, Memory, PodRef, Round};
 use podkeeper::redis::replication::client::{Access, Endpoint, Node, Route, Timeouts};
 use podkeeper::redis::replication::config;
 use podkeeper::redis::replication::info::Role;
 use podkeeper::redis::replication::topology::{Action, Member, RecordedPrimary, Settings};
-use podkeeper::redis::replication::users::{User, Users};
 use tokio::process::{Child, Command};
 
 #[path = "replication/net.rs"]

@@ -28,8 +28,7 @@ use crate::redis::pod::MemberPorts;
 use crate::redis::replication::config::{
     REPLICATION_SECRET_KEY, REPLICATION_USER, operator_secret_name,
 };
-use crate::redis::replication::tls::Dial;
-use crate::redis::tls;
+use crate::redis::replication::dial::Dial;
 use crate::runtime::Error;
 use crate::runtime::events::{EventRecorder, EventType};
 
@@ -220,7 +219,7 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
     // Over TLS where the member serves it (the whole dataset crosses the
     // network), verified against the TLS Secret's CA.
     let ports = MemberPorts::of(&pod);
-    let (port, tls) = match (ports.tls, tls::secret_name(&redis)) {
+    let (port, tls) = match (ports.tls, certs::secret_name(&redis)) {
         (Some(port), Some(secret)) => {
             let ca = secret_value(client, &ns, &secret, certs::CA_KEY).await?;
             let dial = Dial::new(

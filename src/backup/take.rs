@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::rdb::{Check, CheckError, Framing, FramingError, Snapshot};
-use crate::redis::replication::tls::{self, Dial};
+use crate::redis::replication::dial::{self, Dial};
 
 /// Where to take the snapshot from.
 #[derive(Clone, Debug)]
@@ -97,7 +97,7 @@ pub async fn take(source: &Source, sink: mpsc::Sender<Vec<u8>>) -> Result<Snapsh
         .await
         .map_err(connecting)?;
     stream.set_nodelay(true)?;
-    let stream = idle(source.idle, tls::open(stream, source.tls.as_ref()))
+    let stream = idle(source.idle, dial::open(stream, source.tls.as_ref()))
         .await
         .map_err(connecting)?;
     let mut stream = BufReader::new(stream);

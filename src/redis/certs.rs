@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -17,6 +18,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+
+use crate::api::Redis;
 use sha2::{Digest, Sha256};
 
 /// The Secret keys of cert-manager's layout, which the members read.
@@ -52,6 +55,26 @@ pub fn member_names(redis: &str, replicas_service: &str, namespace: &str) -> Vec
             ]
         })
         .collect()
+}
+
+/// The Secret of the certificate podkeeper issues for Redis `redis`.
+pub fn issued_secret_name(redis: &str) -> String {
+    format!("{redis}-tls")
+}
+
+/// The Secret of podkeeper's CA for Redis `redis` (never mounted in a Pod).
+pub fn ca_secret_name(redis: &str) -> String {
+    format!("{redis}-ca")
+}
+
+/// The Secret the members mount: the user's, or the one podkeeper issues.
+pub fn secret_name(redis: &Redis) -> Option<String> {
+    let tls = redis.spec.tls.as_ref()?;
+    Some(
+        tls.secret_name
+            .clone()
+            .unwrap_or_else(|| issued_secret_name(&redis.name_any())),
+    )
 }
 
 /// What a TLS Secret holds (PEM).

@@ -28,13 +28,13 @@ use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
 use crate::redis::auth;
 use crate::redis::pod::MemberPorts;
+use crate::redis::replication::acl::Users;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
-use crate::redis::replication::users::Users;
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
-use crate::redis::tls;
+use crate::redis::{certs, tls};
 use crate::redis::{disruption, network, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
@@ -790,7 +790,7 @@ impl Extras<Redis> for ReplicationExtras {
                     format!(
                         "{} took up the certificate of Secret {} without a restart",
                         round.certificates.reloaded.join(", "),
-                        tls::secret_name(redis).unwrap_or_default()
+                        certs::secret_name(redis).unwrap_or_default()
                     ),
                 )
                 .await;

@@ -20,8 +20,8 @@ use crate::api::redis::{DefaultUser, Retention, is_own_key};
 use crate::podset::claims::ClaimTemplate;
 use crate::podset::revision::stamp;
 use crate::redis::replication::config::{DEFAULT_USER_ENV, config_args, server_command, tls_args};
+use crate::redis::replication::dial::MOUNT as TLS_MOUNT;
 use crate::redis::replication::objects::Listener;
-use crate::redis::replication::tls::MOUNT as TLS_MOUNT;
 
 /// The volume of the data directory.
 pub const DATA_VOLUME: &str = "data";
@@ -309,19 +309,21 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
         }),
         volumes: Some(
             std::iter::once(data_volume(redis))
-                .chain(crate::redis::tls::secret_name(redis).map(|secret| Volume {
-                    name: TLS_VOLUME.into(),
-                    // Not a subPath: the kubelet writes a renewed Secret
-                    // into the volume, where redis-server reads it again.
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(secret),
-                        // Readable by the redis group (fsGroup) only.
-                        default_mode: Some(0o440),
-                        optional: Some(false),
+                .chain(
+                    crate::redis::certs::secret_name(redis).map(|secret| Volume {
+                        name: TLS_VOLUME.into(),
+                        // Not a subPath: the kubelet writes a renewed Secret
+                        // into the volume, where redis-server reads it again.
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(secret),
+                            // Readable by the redis group (fsGroup) only.
+                            default_mode: Some(0o440),
+                            optional: Some(false),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     }),
-                    ..Default::default()
-                }))
+                )
                 .collect(),
         ),
         ..Default::default()

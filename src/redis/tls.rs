@@ -18,32 +18,16 @@ use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::replicas_service_name;
 use crate::podset::Context;
 use crate::redis::auth::{owned_secret, secret_bytes};
-use crate::redis::certs::{self, CA_KEY, CERT_KEY, Checked, KEY_KEY, Material};
+use crate::redis::certs::{
+    self, CA_KEY, CERT_KEY, Checked, KEY_KEY, Material, ca_secret_name, issued_secret_name,
+    secret_name,
+};
 use crate::redis::pod::{MemberPorts, replication_over_tls};
-use crate::redis::replication::tls::{Converged, Dial, Ledger, TlsAccess};
+use crate::redis::replication::dial::{Dial, TlsAccess};
+use crate::redis::replication::tls::{Converged, Ledger};
 use crate::runtime::events::EventType;
 use crate::runtime::failure::api_message;
 use crate::runtime::owner::Owner;
-
-/// The Secret of the certificate podkeeper issues for Redis `redis`.
-pub fn issued_secret_name(redis: &str) -> String {
-    format!("{redis}-tls")
-}
-
-/// The Secret of podkeeper's CA for Redis `redis` (never mounted in a Pod).
-pub fn ca_secret_name(redis: &str) -> String {
-    format!("{redis}-ca")
-}
-
-/// The Secret the members mount: the user's, or the one podkeeper issues.
-pub fn secret_name(redis: &Redis) -> Option<String> {
-    let tls = redis.spec.tls.as_ref()?;
-    Some(
-        tls.secret_name
-            .clone()
-            .unwrap_or_else(|| issued_secret_name(&redis.name_any())),
-    )
-}
 
 /// A Secret's material, checked.
 #[derive(Clone, Debug)]

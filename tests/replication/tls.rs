@@ -16,8 +16,8 @@ use podkeeper::redis::certs::{self, Material};
 use podkeeper::redis::replication::act::{self, Memory, PodRef, Round};
 use podkeeper::redis::replication::client::{Access, Endpoint, Node, Route};
 use podkeeper::redis::replication::config;
+use podkeeper::redis::replication::dial::{Dial, TlsAccess};
 use podkeeper::redis::replication::info::Role;
-use podkeeper::redis::replication::tls::{Dial, TlsAccess};
 use podkeeper::redis::replication::topology::RecordedPrimary;
 use tokio::process::{Child, Command};
 

@@ -33,11 +33,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio_util::either::Either;
 
+use crate::redis::replication::acl::Users;
 use crate::redis::replication::config::OPERATOR_USER;
+use crate::redis::replication::dial::{self, Dial, TlsAccess};
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::info::{self, ReplicationInfo, Role};
-use crate::redis::replication::tls::{self, Dial, TlsAccess};
-use crate::redis::replication::users::Users;
 
 /// The most a server may send between two requests; far above a real
 /// `INFO replication` (about 100 bytes per replica) or `INFO server`
@@ -296,7 +296,7 @@ impl Node {
                 .connect(pod, &endpoint.ip, endpoint.port)
                 .await
                 .map_err(connect_error)?;
-            let stream = tls::open(stream, endpoint.tls.as_ref())
+            let stream = dial::open(stream, endpoint.tls.as_ref())
                 .await
                 .map_err(connect_error)?;
             let tried = handshake(settings, stream, config.clone()).await;

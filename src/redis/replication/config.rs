@@ -238,7 +238,7 @@ EOF
 "#;
 
 /// The TLS directives of a member (`spec.tls`): the Secret's files at
-/// [`crate::redis::replication::tls::MOUNT`], clients not asked for a
+/// [`crate::redis::replication::dial::MOUNT`], clients not asked for a
 /// certificate, and replication over TLS once plaintext is off (see
 /// `docs/redis.md`: while plaintext is served, replication stays on it, so
 /// that members started before and after TLS was added can follow each

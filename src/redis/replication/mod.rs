@@ -94,10 +94,12 @@
 //! Left out here: persistence volumes, TLS, backups, Redis Cluster mode,
 //! Sentinel.
 
+pub mod acl;
 pub mod act;
 pub mod client;
 pub mod clients;
 pub mod config;
+pub mod dial;
 pub mod error;
 pub mod info;
 pub mod objects;

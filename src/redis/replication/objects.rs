@@ -11,7 +11,7 @@ use crate::redis::replication::config::{
     OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV,
     REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY, operator_secret_name,
 };
-use crate::redis::replication::tls::MOUNT;
+use crate::redis::replication::dial::MOUNT;
 
 /// A merge patch that sets a member Pod's role label and its name label.
 pub fn member_labels_patch(pod: &str, role: &str) -> serde_json::Value {

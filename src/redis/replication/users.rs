@@ -13,11 +13,12 @@
 //! deleted; a member's process is swept once of users podkeeper does not
 //! know (left by an operator that did not see a removal).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::future::join_all;
 
+use crate::redis::replication::acl::{User, Users};
 use crate::redis::replication::client::{Access, Connections, Node};
 use crate::redis::replication::clients::{Given, digest, steps};
 use crate::redis::replication::config::{OPERATOR_USER, REPLICATION_RULES, REPLICATION_USER};
@@ -29,69 +30,27 @@ use crate::redis::replication::topology::Member;
 /// DEBUG, no MODULE.
 pub const DENIED: &str = "-@admin -debug -module";
 
-/// One application user as the members should have it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub password: String,
-    pub rules: String,
+/// What identifies the user's password and rules together.
+fn user_digest(u: &User) -> String {
+    digest(&format!("{}\n{}", u.password, u.rules))
 }
 
-impl std::fmt::Debug for User {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("User")
-            .field("name", &self.name)
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
+/// `ACL SETUSER` for `step`: the password beside the others, or alone;
+/// the permissions whole.
+fn setuser(u: &User, step: &Given) -> redis::Cmd {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(&u.name).arg("on");
+    if matches!(step, Given::Only(_)) {
+        cmd.arg("resetpass");
     }
-}
-
-impl User {
-    /// What identifies the user's password and rules together.
-    fn digest(&self) -> String {
-        digest(&format!("{}\n{}", self.password, self.rules))
+    cmd.arg(format!(">{}", u.password))
+        .arg("resetkeys")
+        .arg("resetchannels")
+        .arg("-@all");
+    for word in u.rules.split_whitespace().chain(DENIED.split(' ')) {
+        cmd.arg(word);
     }
-
-    /// `ACL SETUSER` for `step`: the password beside the others, or alone;
-    /// the permissions whole.
-    fn setuser(&self, step: &Given) -> redis::Cmd {
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER").arg(&self.name).arg("on");
-        if matches!(step, Given::Only(_)) {
-            cmd.arg("resetpass");
-        }
-        cmd.arg(format!(">{}", self.password))
-            .arg("resetkeys")
-            .arg("resetchannels")
-            .arg("-@all");
-        for word in self.rules.split_whitespace().chain(DENIED.split(' ')) {
-            cmd.arg(word);
-        }
-        cmd
-    }
-}
-
-/// The users of one round: those whose password could be read, and the
-/// names of all of `spec.users` (a user whose Secret cannot be read is
-/// left as the members have it, not deleted).
-#[derive(Clone, Default)]
-pub struct Users {
-    pub users: Vec<User>,
-    pub names: HashSet<String>,
-    /// The replication user's password: every member process is given the
-    /// user and logs in to its primary as it (`masteruser`/`masterauth`),
-    /// once (members started by an older podkeeper replicated as the
-    /// operator's user, which no longer may).
-    pub replication: Option<String>,
-}
-
-impl std::fmt::Debug for Users {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Users")
-            .field("users", &self.users)
-            .field("names", &self.names)
-            .finish_non_exhaustive()
-    }
+    cmd
 }
 
 /// Per member process: whether it was swept (and given the replication
@@ -163,7 +122,7 @@ pub fn plan(
             .iter()
             .map(|(pod, _, g)| (*pod, g.get(&u.name)))
             .collect();
-        for (pod, step) in steps(&view, Some(&u.digest())) {
+        for (pod, step) in steps(&view, Some(&user_digest(u))) {
             out.entry(pod).or_default().set.push((u.name.clone(), step));
         }
     }
@@ -259,7 +218,7 @@ pub async fn converge(
                     }
                     for (name, step) in &d.set {
                         if let Some(u) = users.users.iter().find(|u| &u.name == name) {
-                            node.command::<()>(&u.setuser(step)).await?;
+                            node.command::<()>(&setuser(u, step)).await?;
                         }
                     }
                     Ok(())
@@ -313,18 +272,22 @@ mod tests {
         let due = plan(&[("a", false, &empty)], &users(std::slice::from_ref(&app)));
         let d = &due["a"];
         assert!(d.sweep);
-        assert_eq!(d.set, [("app".to_string(), Given::Added(app.digest()))]);
+        assert_eq!(
+            d.set,
+            [("app".to_string(), Given::Added(user_digest(&app)))]
+        );
         // Then alone.
         let added: HashMap<String, Given> =
-            [("app".to_string(), Given::Added(app.digest()))].into();
+            [("app".to_string(), Given::Added(user_digest(&app)))].into();
         let due = plan(&[("a", true, &added)], &users(std::slice::from_ref(&app)));
         assert_eq!(
             due["a"].set,
-            [("app".to_string(), Given::Only(app.digest()))]
+            [("app".to_string(), Given::Only(user_digest(&app)))]
         );
         assert!(!due["a"].sweep);
         // Done: nothing.
-        let only: HashMap<String, Given> = [("app".to_string(), Given::Only(app.digest()))].into();
+        let only: HashMap<String, Given> =
+            [("app".to_string(), Given::Only(user_digest(&app)))].into();
         assert!(plan(&[("a", true, &only)], &users(std::slice::from_ref(&app))).is_empty());
         // A new password: beside the old on both members before either
         // drops the old.
@@ -336,7 +299,7 @@ mod tests {
         for pod in ["a", "b"] {
             assert_eq!(
                 due[pod].set,
-                [("app".to_string(), Given::Added(changed.digest()))]
+                [("app".to_string(), Given::Added(user_digest(&changed)))]
             );
         }
         // A rules change is a change too.
@@ -344,7 +307,7 @@ mod tests {
         wider.rules = "~* +@read".into();
         assert_eq!(
             plan(&[("a", true, &only)], &users(std::slice::from_ref(&wider)))["a"].set,
-            [("app".to_string(), Given::Added(wider.digest()))]
+            [("app".to_string(), Given::Added(user_digest(&wider)))]
         );
         // Removed from the spec: deleted.
         let due = plan(&[("a", true, &only)], &users(&[]));
@@ -362,7 +325,7 @@ mod tests {
     fn whatever_its_rules_an_application_user_is_denied_administrative_commands_last() {
         let mut u = user("app", "pw");
         u.rules = "allcommands allkeys +config +debug".into();
-        let cmd = u.setuser(&Given::Only(u.digest()));
+        let cmd = setuser(&u, &Given::Only(user_digest(&u)));
         let args: Vec<String> = cmd
             .args_iter()
             .filter_map(|a| match a {
