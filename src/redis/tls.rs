@@ -4,7 +4,7 @@
 //! each round (the operator may not list or watch Secrets) and checked
 //! as the members and the operator will use it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -242,11 +242,6 @@ pub fn access(
     Some(TlsAccess {
         dial,
         wanted,
-        over_tls: if replication {
-            tls_ports.keys().cloned().collect()
-        } else {
-            HashSet::new()
-        },
         ports: tls_ports,
         replication,
     })

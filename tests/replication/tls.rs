@@ -6,7 +6,7 @@
 //! had; and a set moved from plaintext replication onto TLS without a
 //! full sync.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Instant;
@@ -200,11 +200,6 @@ impl Set {
         TlsAccess {
             dial: self.dial(),
             wanted: self.wanted.clone(),
-            over_tls: if self.replication {
-                ports.keys().cloned().collect()
-            } else {
-                HashSet::new()
-            },
             ports,
             replication: self.replication,
         }
@@ -439,6 +434,29 @@ async fn replication_moved_onto_tls_keeps_its_data_and_needs_no_full_sync() {
     let node = set.node(&primary).await;
     for i in 0..100 {
         assert!(write_acked(&node, &format!("k{i}"), 2).await.unwrap());
+    }
+    // The operator talks TLS to every member that serves it, replication
+    // on plaintext or not: its connections (user podkeeper) are on the
+    // TLS port.
+    for m in &set.members {
+        let clients: String = set
+            .node(&m.name)
+            .await
+            .command(redis::cmd("CLIENT").arg("LIST"))
+            .await
+            .unwrap();
+        let operator: Vec<&str> = clients
+            .lines()
+            .filter(|l| l.contains(" user=podkeeper "))
+            .collect();
+        assert!(!operator.is_empty(), "{}: {clients}", m.name);
+        for l in operator {
+            assert!(
+                l.contains(&format!(" laddr=127.0.0.1:{} ", m.tls)),
+                "{}: {l}",
+                m.name
+            );
+        }
     }
     let full_syncs = |i: &str| field(i, "sync_full").map(str::to_string);
     let before = full_syncs(&info(&node, "stats").await);

@@ -246,16 +246,17 @@ impl<'a> Access<'a> {
 }
 
 impl Access<'_> {
-    /// Member `pod` at `ip:port`, with this Redis's passwords, over TLS
-    /// where the operator talks TLS to it.
+    /// Member `pod` at `ip:port`, with this Redis's passwords; over TLS,
+    /// on its TLS port instead, when it serves TLS (`port`, its replication
+    /// port, is then only what its replicas dial).
     pub fn endpoint(&self, pod: &str, ip: &str, port: u16) -> Endpoint {
+        let tls = self
+            .tls
+            .and_then(|t| Some((t.dial.clone(), *t.ports.get(pod)?)));
+        let port = tls.as_ref().map_or(port, |(_, p)| *p);
         Endpoint::new(ip, port, self.password.map(str::to_string))
             .with_operator(self.operator.map(str::to_string))
-            .with_tls(
-                self.tls
-                    .filter(|t| t.over_tls.contains(pod))
-                    .map(|t| t.dial.clone()),
-            )
+            .with_tls(tls.map(|(dial, _)| dial))
     }
 }
 

@@ -3,7 +3,7 @@
 //! TLS or plain ([`open`]), and what a round knows of a Redis's TLS
 //! ([`TlsAccess`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
@@ -127,11 +127,9 @@ pub struct TlsAccess {
     /// The fingerprint of the certificate in the Secret: what every member
     /// should serve.
     pub wanted: String,
-    /// The members that serve TLS, and on which port.
+    /// The members that serve TLS, and on which port: the operator talks
+    /// TLS to each of them there.
     pub ports: HashMap<String, u16>,
-    /// The members the operator talks to over TLS (on that port): those
-    /// whose replication is over TLS.
-    pub over_tls: HashSet<String>,
     /// Whether the set replicates over TLS (see
     /// [`crate::redis::pod::replication_over_tls`]).
     pub replication: bool,
