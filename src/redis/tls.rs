@@ -23,7 +23,7 @@ use crate::redis::certs::{
     secret_name,
 };
 use crate::redis::pod::{MemberPorts, replication_over_tls};
-use crate::redis::replication::dial::{Dial, TlsAccess};
+use crate::redis::replication::dial::TlsAccess;
 use crate::redis::replication::tls::{Converged, Ledger};
 use crate::runtime::events::EventType;
 use crate::runtime::failure::api_message;
@@ -229,12 +229,12 @@ pub fn access(
         .collect();
     let replication =
         replication_over_tls(redis, &ports.iter().map(|(_, p)| *p).collect::<Vec<_>>());
-    let trusted = ledger.trust(&material.ca);
-    let dial = Dial::new(
-        &trusted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-        &certs::server_name(&owner.name, &owner.namespace),
-    )
-    .ok()?;
+    let dial = ledger
+        .dial(
+            &material.ca,
+            &certs::server_name(&owner.name, &owner.namespace),
+        )
+        .ok()?;
     let tls_ports: HashMap<String, u16> = ports
         .iter()
         .filter_map(|(pod, p)| Some((pod.clone(), p.tls?)))

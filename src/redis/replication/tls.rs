@@ -12,6 +12,7 @@ use futures::future::join_all;
 
 use crate::redis::certs;
 use crate::redis::replication::client::{Access, Connections, Node};
+use crate::redis::replication::dial::Dial;
 use crate::redis::replication::error::ClientError;
 use crate::redis::replication::topology::Member;
 
@@ -23,8 +24,9 @@ pub struct Ledger {
     served: Mutex<HashMap<String, (String, String)>>,
     /// The CA certificates (PEM) trusted before the Secret's current ones:
     /// a member still serving a certificate of the previous CA is trusted
-    /// until it has taken the new one up.
-    trusted: Mutex<Vec<Vec<u8>>>,
+    /// until it has taken the new one up; and the dial made of them, made
+    /// again only when they (or the name) change, not every round.
+    trusted: Mutex<Trusted>,
     /// The last Secret material that checked out, and its certificate's
     /// fingerprint: what the operator goes on with while the Secret cannot
     /// be read or does not check out.
@@ -53,17 +55,31 @@ impl Ledger {
         last.clone()
     }
 
-    /// The CAs to trust for a Secret whose CA is `ca` (PEM): it and the
-    /// one trusted before it, if different.
-    pub fn trust(&self, ca: &[u8]) -> Vec<Vec<u8>> {
-        let mut trusted = self.trusted.lock().unwrap_or_else(|e| e.into_inner());
+    /// How to dial the members for a Secret whose CA is `ca` (PEM),
+    /// verifying `name`: trusting it and the CA trusted before it, if
+    /// different.
+    pub fn dial(&self, ca: &[u8], name: &str) -> Result<Dial, String> {
+        let mut guard = self.trusted.lock().unwrap_or_else(|e| e.into_inner());
+        let (trusted, made) = &mut *guard;
         if trusted.first().map(Vec::as_slice) != Some(ca) {
             trusted.insert(0, ca.to_vec());
             trusted.truncate(2);
+            *made = None;
         }
-        trusted.clone()
+        if let Some((n, dial)) = made.as_ref()
+            && n == name
+        {
+            return Ok(dial.clone());
+        }
+        let dial = Dial::new(&trusted.iter().map(Vec::as_slice).collect::<Vec<_>>(), name)?;
+        *made = Some((name.to_string(), dial.clone()));
+        Ok(dial)
     }
 }
+
+/// The CA certificates trusted (PEM, newest first) and the dial made of
+/// them for a name.
+type Trusted = (Vec<Vec<u8>>, Option<(String, Dial)>);
 
 /// What [`converge`] did in one round.
 #[derive(Debug, Default)]
