@@ -22,7 +22,7 @@ use super::take::Source;
 use crate::api::backup::{ObjectStoreSpec, RedisBackup, RedisBackupStatus, phase};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::Redis;
-use crate::redis::auth::secret_bytes;
+use crate::redis::auth::text;
 use crate::redis::certs;
 use crate::redis::pod::MemberPorts;
 use crate::redis::replication::config::{
@@ -125,8 +125,7 @@ async fn secret_value(
         .await
         .map_err(|e| format!("cannot read Secret {name}: {e}"))?
         .ok_or_else(|| format!("Secret {name} not found"))?;
-    String::from_utf8(secret_bytes(&secret, key)?)
-        .map_err(|_| format!("Secret {name}'s {key} is not UTF-8"))
+    text(&secret, key)
 }
 
 async fn patch_status(

@@ -26,27 +26,51 @@ pub async fn password(
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
-    secret_password(ctx, owner, &auth.secret_name, &auth.key, &[], may_make)
-        .await
-        .map(Some)
+    let secret = secret_or_made(ctx, owner, &auth.secret_name, &[&auth.key], may_make).await?;
+    text(&secret, &auth.key).map(Some)
 }
 
-/// The password of the operator's own user in the members (made with the
-/// Redis, in a Secret it owns, with the replication user's beside it).
-pub async fn operator_password(
+/// The passwords of the operator's own user and of the replication user in
+/// the members, from one GET of the Secret made with the Redis (which it
+/// owns). A Secret made by an older podkeeper (the operator's password
+/// only) gets a generated replication password added, before any member
+/// is started with a reference to it; what goes wrong there is the second
+/// result's.
+pub async fn operator_passwords(
     ctx: &Context,
     owner: &Owner,
     may_make: bool,
-) -> Result<String, String> {
-    secret_password(
-        ctx,
-        owner,
-        &config::operator_secret_name(&owner.name),
-        config::OPERATOR_SECRET_KEY,
-        &[config::REPLICATION_SECRET_KEY],
-        may_make,
-    )
-    .await
+) -> Result<(String, Result<String, String>), String> {
+    let name = config::operator_secret_name(&owner.name);
+    let (key, replication) = (config::OPERATOR_SECRET_KEY, config::REPLICATION_SECRET_KEY);
+    let secret = secret_or_made(ctx, owner, &name, &[key, replication], may_make).await?;
+    let operator = text(&secret, key)?;
+    if secret_bytes(&secret, replication).is_ok() {
+        return Ok((operator, text(&secret, replication)));
+    }
+    if !owned_by(&secret, owner) {
+        let why =
+            format!("Secret {name} has no key {replication} and is not podkeeper's to change");
+        return Ok((operator, Err(why)));
+    }
+    let password = generate_password();
+    let mut secret = secret;
+    secret
+        .string_data
+        .get_or_insert_default()
+        .insert(replication.to_string(), password.clone());
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let added = api
+        .replace(&name, &post_params(), &secret)
+        .await
+        .map(|_| password)
+        .map_err(|e| {
+            format!(
+                "cannot add {replication} to Secret {name}: {}",
+                api_message(&e)
+            )
+        });
+    Ok((operator, added))
 }
 
 /// The application users of `spec.users`, their passwords read from their
@@ -87,66 +111,17 @@ pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<S
     (out, problems)
 }
 
-/// The replication user's password, from the operator's Secret; a Secret
-/// made by an older podkeeper (the operator's password only) gets a
-/// generated one added, if the Redis owns it, before any member is started
-/// with a reference to it.
-pub async fn replication_password(ctx: &Context, owner: &Owner) -> Result<String, String> {
-    let name = config::operator_secret_name(&owner.name);
-    let key = config::REPLICATION_SECRET_KEY;
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let Some(mut secret) = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| format!("cannot read Secret {name}: {}", api_message(&e)))?
-    else {
-        return Err(format!("Secret {name} not found"));
-    };
-    if let Ok(bytes) = secret_bytes(&secret, key) {
-        return String::from_utf8(bytes)
-            .map_err(|_| format!("Secret {name} key {key} is not UTF-8"));
-    }
-    if !secret
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.uid == owner.reference.uid)
-    {
-        return Err(format!(
-            "Secret {name} has no key {key} and is not podkeeper's to change"
-        ));
-    }
-    let password = generate_password();
-    secret
-        .string_data
-        .get_or_insert_default()
-        .insert(key.to_string(), password.clone());
-    api.replace(
-        &name,
-        &PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        },
-        &secret,
-    )
-    .await
-    .map(|_| password)
-    .map_err(|e| format!("cannot add {key} to Secret {name}: {}", api_message(&e)))
-}
-
-/// The password under `key` in Secret `name`, read with a GET (the operator
-/// may not list or watch Secrets); a Secret that does not exist yet is
-/// created with a generated password, owned by the Redis (so it goes with
-/// it), if `may_make`.
-async fn secret_password(
+/// Secret `name`, read with a GET (the operator may not list or watch
+/// Secrets); one that does not exist yet is created with a generated
+/// password under each of `keys`, owned by the Redis (so it goes with it),
+/// if `may_make`.
+async fn secret_or_made(
     ctx: &Context,
     owner: &Owner,
     name: &str,
-    key: &str,
-    also: &[&str],
+    keys: &[&str],
     may_make: bool,
-) -> Result<String, String> {
+) -> Result<Secret, String> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
     let secret = match api.get_opt(name).await {
@@ -158,17 +133,12 @@ async fn secret_password(
         }
         Ok(None) => match api
             .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
+                &post_params(),
                 &owned_secret(
                     owner,
                     name,
                     "Opaque",
-                    std::iter::once(key)
-                        .chain(also.iter().copied())
-                        .map(|k| (k, generate_password())),
+                    keys.iter().map(|k| (*k, generate_password())),
                 ),
             )
             .await
@@ -180,7 +150,10 @@ async fn secret_password(
                         EventType::Normal,
                         "SecretCreated",
                         "CreateSecret",
-                        format!("Created Secret {name} with a generated password under key {key}"),
+                        format!(
+                            "Created Secret {name} with a generated password under key {}",
+                            keys.join(", ")
+                        ),
                     )
                     .await;
                 secret
@@ -195,8 +168,35 @@ async fn secret_password(
         },
         Err(e) => return Err(unreadable(&e)),
     };
-    let bytes = secret_bytes(&secret, key)?;
-    String::from_utf8(bytes).map_err(|_| format!("Secret {name} key {key} is not UTF-8"))
+    Ok(secret)
+}
+
+/// The text under `key` of a Secret (a password, a PEM file).
+pub fn text(secret: &Secret, key: &str) -> Result<String, String> {
+    String::from_utf8(secret_bytes(secret, key)?).map_err(|_| {
+        format!(
+            "Secret {} key {key} is not UTF-8",
+            secret.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
+/// Whether `secret` is owned by the Redis `owner` (podkeeper made it).
+pub fn owned_by(secret: &Secret, owner: &Owner) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == owner.reference.uid)
+}
+
+/// How podkeeper creates and replaces the Secrets it makes.
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
 }
 
 /// The value under `key` of a Secret, or that it has none.
@@ -229,13 +229,6 @@ pub fn generate_password() -> String {
         .take(32)
         .map(char::from)
         .collect()
-}
-
-/// The Secret podkeeper creates for a password it makes (`spec.auth`
-/// naming a Secret that does not exist, or the operator's own user): the
-/// password under `key`, owned by the Redis. Pure.
-pub fn generated_secret(owner: &Owner, name: &str, key: &str, password: &str) -> Secret {
-    owned_secret(owner, name, "Opaque", [(key, password.to_string())])
 }
 
 /// A Secret podkeeper makes for Redis `owner`: `data` as its string data,
@@ -297,7 +290,12 @@ mod tests {
             key: "password".into(),
         });
         let owner = Owner::of(&r, "Redis");
-        let s = generated_secret(&owner, "cache-auth", "password", "pw");
+        let s = owned_secret(
+            &owner,
+            "cache-auth",
+            "Opaque",
+            [("password", "pw".to_string())],
+        );
         assert_eq!(s.metadata.name.as_deref(), Some("cache-auth"));
         assert_eq!(s.metadata.namespace.as_deref(), Some("ns"));
         assert_eq!(

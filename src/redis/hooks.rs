@@ -631,7 +631,7 @@ impl Extras<Redis> for ReplicationExtras {
         let may_make = recorded.is_none();
         let (password, operator, certificate, (users, unread_users)) = futures::future::join4(
             auth::password(redis, ctx, owner, may_make),
-            auth::operator_password(ctx, owner, may_make),
+            auth::operator_passwords(ctx, owner, may_make),
             tls::certificate(redis, ctx, owner),
             auth::users(redis, ctx, owner),
         )
@@ -669,12 +669,12 @@ impl Extras<Redis> for ReplicationExtras {
         // on while the operator can still log in (as its own user, or with
         // the clients' password), so failover does not wait for the Secret.
         // The clients' password is left as the members have it meanwhile.
-        // The replication user's password beside the operator's (added to a
-        // Secret an older podkeeper made), before any member starts with a
-        // reference to it.
-        let replication = match &operator {
-            Ok(_) => auth::replication_password(ctx, owner).await,
-            Err(_) => Err(String::new()),
+        // The replication user's password comes with the operator's (added
+        // to a Secret an older podkeeper made, before any member starts with
+        // a reference to it).
+        let (operator, replication) = match operator {
+            Ok((operator, replication)) => (Ok(operator), replication.map_err(Some)),
+            Err(e) => (Err(e), Err(None)),
         };
         // The replication user on every member too (members started by an
         // older podkeeper replicate as the operator's user until then).
@@ -685,7 +685,7 @@ impl Extras<Redis> for ReplicationExtras {
         let unreadable = [
             password.as_ref().err(),
             operator.as_ref().err(),
-            replication.as_ref().err().filter(|e| !e.is_empty()),
+            replication.as_ref().err().and_then(Option::as_ref),
         ]
         .into_iter()
         .flatten()

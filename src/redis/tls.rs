@@ -9,15 +9,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use rustls_pki_types::UnixTime;
 
 use crate::api::Redis;
-use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::replicas_service_name;
 use crate::podset::Context;
-use crate::redis::auth::{owned_secret, secret_bytes};
+use crate::redis::auth::{owned_by, owned_secret, post_params, secret_bytes, text};
 use crate::redis::certs::{
     self, CA_KEY, CERT_KEY, Checked, KEY_KEY, Material, ca_secret_name, issued_secret_name,
     secret_name,
@@ -118,10 +116,7 @@ pub async fn certificate(
         "kubernetes.io/tls",
         [(CERT_KEY, cert), (KEY_KEY, key), (CA_KEY, ca_cert)],
     );
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
+    let params = post_params();
     let written = match &existing {
         None => api.create(&params, &secret).await,
         Some(old) => {
@@ -150,24 +145,12 @@ pub async fn certificate(
     Ok(Some(c))
 }
 
-/// Whether `secret` is owned by the Redis `owner` (podkeeper made it).
-fn owned_by(secret: &Secret, owner: &Owner) -> bool {
-    secret
-        .owner_references()
-        .iter()
-        .any(|r| r.uid == owner.reference.uid)
-}
-
 /// podkeeper's CA for the Redis (certificate, key; PEM), made when its
 /// Secret does not exist.
 async fn ca(ctx: &Context, owner: &Owner, api: &Api<Secret>) -> Result<(String, String), String> {
     let name = ca_secret_name(&owner.name);
     let pem = |secret: &Secret| -> Result<(String, String), String> {
-        let text = |key: &str| {
-            String::from_utf8(secret_bytes(secret, key)?)
-                .map_err(|_| format!("Secret {name} key {key} is not PEM"))
-        };
-        Ok((text(CERT_KEY)?, text(KEY_KEY)?))
+        Ok((text(secret, CERT_KEY)?, text(secret, KEY_KEY)?))
     };
     let unreadable = |e: &kube::Error| format!("cannot read Secret {name}: {}", api_message(e));
     if let Some(secret) = api.get_opt(&name).await.map_err(|e| unreadable(&e))? {
@@ -185,10 +168,7 @@ async fn ca(ctx: &Context, owner: &Owner, api: &Api<Secret>) -> Result<(String, 
         "kubernetes.io/tls",
         [(CERT_KEY, cert), (KEY_KEY, key)],
     );
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
+    let params = post_params();
     match api.create(&params, &secret).await {
         Ok(made) => {
             ctx.executor
