@@ -445,7 +445,14 @@ async fn a_scheduled_backup_refused_at_admission_is_a_warning_and_is_made_once_i
             .unwrap()
             .contains_key(SCHEDULED_AT_ANNOTATION)
     );
-    assert!(reasons(&env, "cache").await.contains("BackupScheduled"));
+    // The Event follows the create it reports.
+    wait_for("a BackupScheduled Event", TIMEOUT, || async {
+        reasons(&env, "cache")
+            .await
+            .contains("BackupScheduled")
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
