@@ -12,7 +12,6 @@ use kube::runtime::controller::{Action, Error as ControllerError};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::api::backup::RedisBackup;
@@ -28,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::podset::Context;
 use crate::podset::executor::Executor;
 use crate::podset::expectations::Expectations;
-use crate::podset::reconcile::{self as podset, Ctx};
+use crate::podset::reconcile::{self as podset, Ctx, PodSet};
 use crate::podset::volumes::ClaimCache;
 use crate::podset::watch as pod_watch;
 use crate::redis::hooks::{Disruptions, ReplicationExtras};
@@ -134,13 +133,7 @@ fn owner_stream<K>(
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: PodSet,
 {
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(
@@ -154,12 +147,14 @@ where
     (store, stream)
 }
 
-/// Changes with the generation, the finalizers and the start of deletion.
-fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
+/// Changes with the generation, the template's other inputs, the
+/// finalizers and the start of deletion.
+fn spec_or_lifecycle<K: PodSet>(obj: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = obj.meta();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     meta.generation.hash(&mut h);
+    obj.template_inputs().hash(&mut h);
     meta.finalizers.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     Some(h.finish())

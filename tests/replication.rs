@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use podkeeper::api::redis::PrimaryStatus;
 use podkeeper::redis::replication::ClientError;
-use podkeeper::redis::replication::acl::{User, Users};
+use podkeeper::redis::replication::acl::{Own, User, Users};
 use podkeeper::redis::replication::act::{self, Memory, PodRef, Round};
 use podkeeper::redis::replication::client::{Access, Endpoint, Node, Route, Timeouts};
 use podkeeper::redis::replication::config;
@@ -263,6 +263,9 @@ struct Set {
     users: Option<Users>,
     /// `spec.defaultUser: Disabled`.
     default_off: bool,
+    /// The operator's user's password, and the one before a rotation.
+    operator: String,
+    previous_operator: Option<String>,
 }
 
 impl Set {
@@ -287,6 +290,8 @@ impl Set {
             net,
             users: None,
             default_off: false,
+            operator: OPERATOR_PASSWORD.into(),
+            previous_operator: None,
         };
         for i in 0..n {
             set.add_member(&format!("m{i}")).await;
@@ -443,7 +448,8 @@ impl Set {
             &settings(),
             &Access {
                 password: self.password.as_deref(),
-                operator: Some(OPERATOR_PASSWORD),
+                operator: Some(&self.operator),
+                previous_operator: self.previous_operator.as_deref(),
                 manage_clients: true,
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,
@@ -1084,6 +1090,7 @@ async fn a_promotion_recorded_by_a_leader_that_then_died_is_carried_out_by_the_n
     let access = Access {
         password: None,
         operator: Some(OPERATOR_PASSWORD),
+        previous_operator: None,
         manage_clients: true,
         timeouts: timeouts(),
         route: &Route::PodNetwork,
@@ -2290,6 +2297,15 @@ async fn answer(conn: &redis::aio::MultiplexedConnection, args: &[&str]) -> Resu
     }
 }
 
+/// podkeeper's own passwords as the members were started with them.
+fn own() -> Own {
+    Own {
+        operator: OPERATOR_PASSWORD.into(),
+        replication: REPLICATION_PASSWORD.into(),
+        alone: true,
+    }
+}
+
 fn app_user(name: &str, password: &str, rules: &str) -> User {
     User {
         name: name.into(),
@@ -2313,7 +2329,7 @@ async fn application_users_have_their_permissions_and_no_administrative_command_
     let users = |list: Vec<User>| Users {
         names: list.iter().map(|u| u.name.clone()).collect(),
         users: list,
-        replication: Some(REPLICATION_PASSWORD.into()),
+        own: Some(own()),
     };
     set.users = Some(users(vec![
         app_user("app", "app-one", "~app:* +@read +@write"),
@@ -2486,7 +2502,7 @@ async fn members_of_an_older_podkeeper_are_moved_to_the_replication_user_without
     // user's password.
     set.memory = Memory::default();
     set.users = Some(Users {
-        replication: Some(REPLICATION_PASSWORD.into()),
+        own: Some(own()),
         ..Users::default()
     });
     set.round().await;
@@ -2520,6 +2536,105 @@ async fn members_of_an_older_podkeeper_are_moved_to_the_replication_user_without
             s.name
         );
     }
+    assert_eq!(
+        set.servers.iter().map(Server::pid).collect::<Vec<_>>(),
+        pids,
+        "no member restarted"
+    );
+}
+
+/// podkeeper's own passwords rotated on running members, as the operator
+/// does it while the members roll: first the new ones beside the old on
+/// every member (the operator, restarted, logs in with the old), then,
+/// once the rotation is over, the new ones alone: the old ones refused,
+/// every replica linked again with the new replication password, no
+/// member restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podkeepers_own_passwords_go_beside_the_old_then_alone_and_replication_links_again_with_them()
+ {
+    let mut set = Set::start(3, None).await;
+    let primary = set.converge().await;
+    let pids: Vec<u32> = set.servers.iter().map(Server::pid).collect();
+    let (new_op, new_repl) = ("N3wOperatorPassw0rd", "N3wReplicationPassw0rd");
+    let rotating = Own {
+        operator: new_op.into(),
+        replication: new_repl.into(),
+        alone: false,
+    };
+    // An operator that starts during the rotation: the members have only
+    // the old passwords, which it logs in with.
+    set.memory = Memory::default();
+    set.operator = new_op.into();
+    set.previous_operator = Some(OPERATOR_PASSWORD.into());
+    set.users = Some(Users {
+        own: Some(rotating.clone()),
+        ..Users::default()
+    });
+    let round = set.round().await;
+    assert!(round.unconverged.is_empty(), "{:?}", round.unconverged);
+    assert!(!round.own_alone);
+    let round = set.round().await;
+    assert!(
+        !round.own_alone,
+        "not alone while the rotation is under way"
+    );
+    assert!(round.plan.replicated, "{:#?}", round.plan);
+    for s in &set.servers {
+        for (user, password) in [
+            (config::OPERATOR_USER, OPERATOR_PASSWORD),
+            (config::OPERATOR_USER, new_op),
+            (config::REPLICATION_USER, REPLICATION_PASSWORD),
+            (config::REPLICATION_USER, new_repl),
+        ] {
+            assert!(
+                login_as(s, user, password).await.is_some(),
+                "{} refuses {user} with {password} during the rotation",
+                s.name
+            );
+        }
+    }
+    // Over.
+    set.users = Some(Users {
+        own: Some(Own {
+            alone: true,
+            ..rotating
+        }),
+        ..Users::default()
+    });
+    set.previous_operator = None;
+    set.until("the old passwords removed", |r| r.own_alone)
+        .await;
+    for s in &set.servers {
+        for (user, old, new) in [
+            (config::OPERATOR_USER, OPERATOR_PASSWORD, new_op),
+            (config::REPLICATION_USER, REPLICATION_PASSWORD, new_repl),
+        ] {
+            assert!(login_as(s, user, old).await.is_none(), "{} {user}", s.name);
+            assert!(login_as(s, user, new).await.is_some(), "{} {user}", s.name);
+        }
+    }
+    // The replicas log in to their primary again, with the new password.
+    let p = login_as(set.server(&primary), "default", "none")
+        .await
+        .unwrap();
+    answer(&p, &["CLIENT", "KILL", "TYPE", "replica"])
+        .await
+        .unwrap();
+    let round = set
+        .until("replicated again", |r| {
+            r.plan.replicated && r.plan.actions.is_empty()
+        })
+        .await;
+    assert_eq!(round.plan.primary.as_deref(), Some(primary.as_str()));
+    let info = {
+        let mut conn = p.clone();
+        redis::cmd("INFO")
+            .arg("replication")
+            .query_async::<String>(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert!(info.contains("connected_slaves:2"), "{info}");
     assert_eq!(
         set.servers.iter().map(Server::pid).collect::<Vec<_>>(),
         pids,

@@ -57,6 +57,11 @@ pub const SCHEDULE_LABEL: &str = "podkeeper.dev/backup-schedule";
 /// 3339, UTC) it was made for.
 pub const SCHEDULED_AT_ANNOTATION: &str = "podkeeper.dev/scheduled-at";
 
+/// On a Redis member's Pod template: the `<name>-podkeeper` Secret's
+/// resourceVersion its passwords were read at (`status.credentialsVersion`);
+/// a rotation changes it, and so rolls the members.
+pub const CREDENTIALS_VERSION_ANNOTATION: &str = "podkeeper.dev/credentials-version";
+
 /// The template hash with every container's image left out.
 pub const BUT_IMAGES_ANNOTATION: &str = "podkeeper.dev/template-hash-but-images";
 

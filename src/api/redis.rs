@@ -649,6 +649,12 @@ pub struct RedisStatus {
     /// Each member's role and replication state, by Pod name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
+    /// The resourceVersion of Secret `<name>-podkeeper` whose passwords
+    /// the members are started with, set when a change of the operator's
+    /// or replication's password is seen: the members roll to it (see
+    /// docs/redis.md, "Rotating podkeeper's own passwords").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_version: Option<String>,
 }
 
 // Replication: auth, failover, and what the status says of the members.
@@ -656,6 +662,10 @@ pub struct RedisStatus {
 /// The condition that says whether every member serves the certificate
 /// of the TLS Secret (`spec.tls`).
 pub const CERTIFICATE_CONDITION: &str = "CertificateServed";
+
+/// The condition that says whether every member accepts only the
+/// operator's and replication's current passwords.
+pub const CREDENTIALS_CONDITION: &str = "CredentialsCurrent";
 
 /// The type of the condition that says whether replication is complete.
 pub const REPLICATED_CONDITION: &str = "Replicated";

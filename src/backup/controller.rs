@@ -22,11 +22,11 @@ use super::take::Source;
 use crate::api::backup::{ObjectStoreSpec, RedisBackup, RedisBackupStatus, phase};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::redis::Redis;
-use crate::redis::auth::text;
+use crate::redis::auth::{secret_bytes, text};
 use crate::redis::certs;
 use crate::redis::pod::MemberPorts;
 use crate::redis::replication::config::{
-    REPLICATION_SECRET_KEY, REPLICATION_USER, operator_secret_name,
+    REPLICATION_ACTIVE_KEY, REPLICATION_SECRET_KEY, REPLICATION_USER, operator_secret_name,
 };
 use crate::redis::replication::dial::Dial;
 use crate::runtime::Error;
@@ -119,12 +119,26 @@ async fn secret_value(
     name: &str,
     key: &str,
 ) -> Result<String, String> {
+    secret_values(client, namespace, name, &[key]).await
+}
+
+/// The text under the first of `keys` that Secret `name` has.
+async fn secret_values(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    keys: &[&str],
+) -> Result<String, String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = api
         .get_opt(name)
         .await
         .map_err(|e| format!("cannot read Secret {name}: {e}"))?
         .ok_or_else(|| format!("Secret {name} not found"))?;
+    let key = keys
+        .iter()
+        .find(|k| secret_bytes(&secret, k).is_ok())
+        .unwrap_or(&keys[0]);
     text(&secret, key)
 }
 
@@ -203,14 +217,15 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
         .ok_or_else(|| format!("Pod {member} has no IP"))?;
     // As the replication user, which every member has and which may run
     // the replication commands only: a change of the clients' password
-    // (spec.auth) does not fail a backup.
+    // (spec.auth) does not fail a backup. With its active password, which
+    // every member accepts during a rotation too.
     let auth = Some((
         Some(REPLICATION_USER.to_string()),
-        secret_value(
+        secret_values(
             client,
             &ns,
             &operator_secret_name(&redis.name_any()),
-            REPLICATION_SECRET_KEY,
+            &[REPLICATION_ACTIVE_KEY, REPLICATION_SECRET_KEY],
         )
         .await?,
     ));

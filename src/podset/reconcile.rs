@@ -89,9 +89,15 @@ pub trait PodSet:
     type Extras: Extras<Self>;
 
     /// The Pods asked for, or why the spec cannot work. Pure, and from the
-    /// object's name and spec only: the reconcile keeps what it desires per
-    /// generation ([`Ctx::pod_set`]).
+    /// object's name, its spec and [`PodSet::template_inputs`] only: the
+    /// reconcile keeps what it desires per generation and inputs
+    /// ([`Ctx::pod_set`]).
     fn pod_set(&self) -> Result<PodSetSpec, String>;
+    /// What [`PodSet::pod_set`] reads besides the spec (which the
+    /// generation covers), as one value. Default: nothing.
+    fn template_inputs(&self) -> Option<&str> {
+        None
+    }
     /// Replicas asked for, even when the spec is invalid (for counts).
     fn replicas(&self) -> i32;
     /// A PersistentVolumeClaim per Pod, for kinds that keep data. Pure.
@@ -176,13 +182,16 @@ impl<K: Sync> Extras<K> for NoExtras {
 pub struct Ctx<K: PodSet> {
     pub inner: Arc<Context>,
     pub extras: K::Extras,
-    /// Per object uid: the generation and what [`PodSet::pod_set`] made of
-    /// it, without the template (about 10 KiB per Redis, 11 of the
-    /// operator's 80 MiB of heap at 1000 x 3 by heaptrack), which only a
-    /// reconcile that creates or updates Pods needs ([`act`] makes it
-    /// again).
-    pod_sets: Mutex<HashMap<String, (i64, DesiredOf)>>,
+    /// Per object uid: the generation, the template inputs and what
+    /// [`PodSet::pod_set`] made of them, without the template (about 10 KiB
+    /// per Redis, 11 of the operator's 80 MiB of heap at 1000 x 3 by
+    /// heaptrack), which only a reconcile that creates or updates Pods
+    /// needs ([`act`] makes it again).
+    pod_sets: Mutex<HashMap<String, PodSetOf>>,
 }
+
+/// What a cached Pod set was made from, and what it is.
+type PodSetOf = (i64, Option<String>, DesiredOf);
 
 /// The [`Desired`] of what [`PodSet::pod_set`] returned, or why the spec
 /// cannot work; shared.
@@ -197,9 +206,9 @@ impl<K: PodSet> Ctx<K> {
         })
     }
 
-    /// What `obj.pod_set()` desires, made once per generation: a spec
-    /// change is a new generation, and the Pods' events that reconcile an
-    /// object again change nothing it depends on. (Building and hashing the
+    /// What `obj.pod_set()` desires, made once per generation and
+    /// template inputs: a spec change is a new generation, and the Pods'
+    /// events that reconcile an object again change nothing it depends on. (Building and hashing the
     /// template on each of them was about 8 % of the operator's CPU in the
     /// benchmark's scale-down.) The template comes along when it was made
     /// now, so the first reconcile of a generation does not make it twice.
@@ -212,14 +221,19 @@ impl<K: PodSet> Ctx<K> {
         let (Some(uid), Some(generation)) = (meta.uid.as_deref(), meta.generation) else {
             return split(obj.pod_set());
         };
+        let inputs = obj.template_inputs();
         let mut pod_sets = self.pod_sets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((seen, made)) = pod_sets.get(uid)
+        if let Some((seen, seen_inputs, made)) = pod_sets.get(uid)
             && *seen == generation
+            && seen_inputs.as_deref() == inputs
         {
             return (made.clone(), None);
         }
         let (desired, template) = split(obj.pod_set());
-        pod_sets.insert(uid.to_string(), (generation, desired.clone()));
+        pod_sets.insert(
+            uid.to_string(),
+            (generation, inputs.map(str::to_string), desired.clone()),
+        );
         (desired, template)
     }
 

@@ -26,51 +26,137 @@ pub async fn password(
     let Some(auth) = &redis.spec.auth else {
         return Ok(None);
     };
-    let secret = secret_or_made(ctx, owner, &auth.secret_name, &[&auth.key], may_make).await?;
+    let fresh = [(auth.key.as_str(), generate_password())];
+    let secret = secret_or_made(ctx, owner, &auth.secret_name, &fresh, may_make).await?;
     text(&secret, &auth.key).map(Some)
 }
 
-/// The passwords of the operator's own user and of the replication user in
-/// the members, from one GET of the Secret made with the Redis (which it
-/// owns). A Secret made by an older podkeeper (the operator's password
-/// only) gets a generated replication password added, before any member
-/// is started with a reference to it; what goes wrong there is the second
-/// result's.
+/// podkeeper's own passwords for a Redis's members, from one GET of
+/// `<name>-podkeeper`: the operator's user's and the replication user's,
+/// and the ones every member accepts (`active-*`, which differ during a
+/// rotation: see [`crate::redis::credentials`]).
+pub struct OwnPasswords {
+    /// The Secret as read (its resourceVersion is the rotation's version).
+    pub secret: Secret,
+    pub operator: String,
+    /// What went wrong adding it to a Secret an older podkeeper made.
+    pub replication: Result<String, String>,
+    pub active_operator: String,
+    pub active_replication: Option<String>,
+}
+
+impl OwnPasswords {
+    /// The Secret's resourceVersion.
+    pub fn version(&self) -> &str {
+        self.secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    }
+
+    /// Whether either password differs from the one every member accepts.
+    pub fn rotating(&self) -> bool {
+        self.operator != self.active_operator
+            || matches!((&self.replication, &self.active_replication), (Ok(r), Some(a)) if r != a)
+    }
+}
+
+/// Reads `<name>-podkeeper` (made, with generated passwords, when it does
+/// not exist and `may_make`). A Secret made by an older podkeeper gets
+/// what it lacks written into it, if podkeeper made it: a generated
+/// replication password (before any member is started with a reference to
+/// it) and the active keys (its passwords as they are: nothing was rotated
+/// before). What goes wrong there is the replication password's.
 pub async fn operator_passwords(
     ctx: &Context,
     owner: &Owner,
     may_make: bool,
-) -> Result<(String, Result<String, String>), String> {
+) -> Result<OwnPasswords, String> {
+    use config::{
+        OPERATOR_ACTIVE_KEY, OPERATOR_SECRET_KEY, REPLICATION_ACTIVE_KEY, REPLICATION_SECRET_KEY,
+    };
     let name = config::operator_secret_name(&owner.name);
-    let (key, replication) = (config::OPERATOR_SECRET_KEY, config::REPLICATION_SECRET_KEY);
-    let secret = secret_or_made(ctx, owner, &name, &[key, replication], may_make).await?;
-    let operator = text(&secret, key)?;
-    if secret_bytes(&secret, replication).is_ok() {
-        return Ok((operator, text(&secret, replication)));
-    }
-    if !owned_by(&secret, owner) {
-        let why =
-            format!("Secret {name} has no key {replication} and is not podkeeper's to change");
-        return Ok((operator, Err(why)));
-    }
-    let password = generate_password();
-    let mut secret = secret;
-    secret
-        .string_data
-        .get_or_insert_default()
-        .insert(replication.to_string(), password.clone());
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let added = api
-        .replace(&name, &post_params(), &secret)
-        .await
-        .map(|_| password)
-        .map_err(|e| {
-            format!(
-                "cannot add {replication} to Secret {name}: {}",
-                api_message(&e)
-            )
+    let (operator, replication) = (generate_password(), generate_password());
+    let fresh = [
+        (OPERATOR_SECRET_KEY, operator.clone()),
+        (OPERATOR_ACTIVE_KEY, operator),
+        (REPLICATION_SECRET_KEY, replication.clone()),
+        (REPLICATION_ACTIVE_KEY, replication),
+    ];
+    let secret = secret_or_made(ctx, owner, &name, &fresh, may_make).await?;
+    let operator = text(&secret, OPERATOR_SECRET_KEY)?;
+    let read = |key: &str| {
+        secret_bytes(&secret, key)
+            .is_ok()
+            .then(|| text(&secret, key))
+    };
+    let (replication, active_operator, active_replication) = (
+        read(REPLICATION_SECRET_KEY),
+        read(OPERATOR_ACTIVE_KEY),
+        read(REPLICATION_ACTIVE_KEY),
+    );
+    if let (Some(replication), Some(active_operator), Some(active_replication)) =
+        (&replication, &active_operator, &active_replication)
+    {
+        return Ok(OwnPasswords {
+            operator,
+            replication: replication.clone(),
+            active_operator: active_operator.clone()?,
+            active_replication: active_replication.clone().ok(),
+            secret,
         });
-    Ok((operator, added))
+    }
+    let as_it_is = |replication: Result<String, String>| OwnPasswords {
+        active_operator: operator.clone(),
+        active_replication: replication.as_ref().ok().cloned(),
+        operator: operator.clone(),
+        replication,
+        secret: secret.clone(),
+    };
+    if !owned_by(&secret, owner) {
+        let replication = replication.unwrap_or_else(|| {
+            Err(format!(
+                "Secret {name} has no key {REPLICATION_SECRET_KEY} and is not podkeeper's to change"
+            ))
+        });
+        return Ok(as_it_is(replication));
+    }
+    let mut added = secret.clone();
+    let data = added.string_data.get_or_insert_default();
+    let replication = match replication {
+        Some(r) => r,
+        None => {
+            let password = generate_password();
+            data.insert(REPLICATION_SECRET_KEY.into(), password.clone());
+            data.insert(REPLICATION_ACTIVE_KEY.into(), password.clone());
+            Ok(password)
+        }
+    };
+    if active_operator.is_none() {
+        data.insert(OPERATOR_ACTIVE_KEY.into(), operator.clone());
+    }
+    if let (Ok(r), None) = (&replication, &active_replication) {
+        data.insert(REPLICATION_ACTIVE_KEY.into(), r.clone());
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    match api.replace(&name, &post_params(), &added).await {
+        Ok(secret) => Ok(OwnPasswords {
+            secret,
+            ..as_it_is(replication)
+        }),
+        Err(e) => {
+            let why = format!("cannot add keys to Secret {name}: {}", api_message(&e));
+            // The operator's password stands; a replication password that
+            // was never written is none.
+            let kept = if secret_bytes(&secret, REPLICATION_SECRET_KEY).is_ok() {
+                replication
+            } else {
+                Err(why)
+            };
+            Ok(as_it_is(kept))
+        }
+    }
 }
 
 /// The application users of `spec.users`, their passwords read from their
@@ -97,7 +183,7 @@ pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<S
     }))
     .await;
     let mut out = Users {
-        replication: None,
+        own: None,
         users: Vec::new(),
         names: redis.spec.users.iter().map(|u| u.name.clone()).collect(),
     };
@@ -112,14 +198,14 @@ pub async fn users(redis: &Redis, ctx: &Context, owner: &Owner) -> (Users, Vec<S
 }
 
 /// Secret `name`, read with a GET (the operator may not list or watch
-/// Secrets); one that does not exist yet is created with a generated
-/// password under each of `keys`, owned by the Redis (so it goes with it),
-/// if `may_make`.
+/// Secrets); one that does not exist yet is created with `fresh` (generated
+/// passwords by key), owned by the Redis (so it goes with it), if
+/// `may_make`.
 async fn secret_or_made(
     ctx: &Context,
     owner: &Owner,
     name: &str,
-    keys: &[&str],
+    fresh: &[(&str, String)],
     may_make: bool,
 ) -> Result<Secret, String> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
@@ -134,12 +220,7 @@ async fn secret_or_made(
         Ok(None) => match api
             .create(
                 &post_params(),
-                &owned_secret(
-                    owner,
-                    name,
-                    "Opaque",
-                    keys.iter().map(|k| (*k, generate_password())),
-                ),
+                &owned_secret(owner, name, "Opaque", fresh.iter().cloned()),
             )
             .await
         {
@@ -152,7 +233,7 @@ async fn secret_or_made(
                         "CreateSecret",
                         format!(
                             "Created Secret {name} with a generated password under key {}",
-                            keys.join(", ")
+                            fresh.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
                         ),
                     )
                     .await;

@@ -28,13 +28,13 @@ use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
 use crate::redis::auth;
 use crate::redis::pod::MemberPorts;
-use crate::redis::replication::acl::Users;
+use crate::redis::replication::acl::{Own, Users};
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
-use crate::redis::{certs, tls};
+use crate::redis::{certs, credentials, tls};
 use crate::redis::{disruption, network, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
@@ -101,6 +101,10 @@ pub struct Replication {
     /// The `CertificateServed` condition (`spec.tls`): status, reason,
     /// message.
     pub certificate: Option<(&'static str, &'static str, String)>,
+    /// The `CredentialsCurrent` condition: status, reason, message.
+    pub credentials: Option<(&'static str, &'static str, String)>,
+    /// `status.credentialsVersion`, when a rotation starts.
+    pub credentials_version: Option<String>,
 }
 
 /// Replication and the Services of every Redis.
@@ -672,19 +676,40 @@ impl Extras<Redis> for ReplicationExtras {
         // The replication user's password comes with the operator's (added
         // to a Secret an older podkeeper made, before any member starts with
         // a reference to it).
-        let (operator, replication) = match operator {
-            Ok((operator, replication)) => (Ok(operator), replication.map_err(Some)),
+        let (own, replication) = match operator {
+            Ok(own) => {
+                let replication = own.replication.clone().map_err(Some);
+                (Ok(own), replication)
+            }
             Err(e) => (Err(e), Err(None)),
         };
-        // The replication user on every member too (members started by an
+        // A change of podkeeper's own passwords rolls through the members
+        // (see `crate::redis::credentials`).
+        let rotation = match &own {
+            Ok(own) => {
+                let recorded = redis
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.credentials_version.as_deref());
+                Some(credentials::advance(ctx, owner, own, recorded, &pods).await)
+            }
+            Err(_) => None,
+        };
+        // podkeeper's own users on every member (members started by an
         // older podkeeper replicate as the operator's user until then).
         let users = Users {
-            replication: replication.as_ref().ok().cloned(),
+            own: own.as_ref().ok().and_then(|o| {
+                Some(Own {
+                    operator: o.operator.clone(),
+                    replication: o.replication.clone().ok()?,
+                    alone: !o.rotating(),
+                })
+            }),
             ..users
         };
         let unreadable = [
             password.as_ref().err(),
-            operator.as_ref().err(),
+            own.as_ref().err(),
             replication.as_ref().err().and_then(Option::as_ref),
         ]
         .into_iter()
@@ -704,7 +729,7 @@ impl Extras<Redis> for ReplicationExtras {
                 .await;
         }
         let clients_known = password.is_ok();
-        let (password, operator) = (password.ok().flatten(), operator.ok());
+        let (password, operator) = (password.ok().flatten(), own.ok());
         if operator.is_none() && !clients_known {
             return Replication {
                 primary: recorded.as_ref().map(act::status_of),
@@ -718,6 +743,8 @@ impl Extras<Redis> for ReplicationExtras {
                 services_pending: Vec::new(),
                 restore,
                 certificate: None,
+                credentials: None,
+                credentials_version: None,
             };
         }
         let port = u16::try_from(redis.spec.port).unwrap_or(6379);
@@ -750,7 +777,11 @@ impl Extras<Redis> for ReplicationExtras {
             &settings(redis),
             &Access {
                 password: password.as_deref(),
-                operator: operator.as_deref(),
+                operator: operator.as_ref().map(|o| o.operator.as_str()),
+                previous_operator: operator
+                    .as_ref()
+                    .filter(|o| o.active_operator != o.operator)
+                    .map(|o| o.active_operator.as_str()),
                 manage_clients: clients_known,
                 timeouts: self.timeouts,
                 route: &self.route(&owner.namespace),
@@ -916,6 +947,13 @@ impl Extras<Redis> for ReplicationExtras {
                 &round.certificates,
                 certificate.as_ref(),
             ),
+            credentials: rotation
+                .as_ref()
+                .and_then(|s| credentials::condition(s, round.own_alone, &owner.name)),
+            credentials_version: match rotation {
+                Some(credentials::Step::Start(version)) => Some(version),
+                _ => None,
+            },
         }
     }
 
@@ -964,6 +1002,8 @@ impl Extras<Redis> for ReplicationExtras {
             services_pending: Vec::new(),
             restore: None,
             certificate: None,
+            credentials: None,
+            credentials_version: None,
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod certs;
+pub mod credentials;
 pub mod disruption;
 pub mod hooks;
 pub mod network;
@@ -83,6 +84,12 @@ impl PodSet for Redis {
             },
             template,
         })
+    }
+
+    /// The version of podkeeper's own passwords the members are started
+    /// with (see [`crate::redis::credentials`]).
+    fn template_inputs(&self) -> Option<&str> {
+        self.status.as_ref()?.credentials_version.as_deref()
     }
 
     fn replicas(&self) -> i32 {
@@ -226,11 +233,32 @@ mod tests {
             "{probe}"
         );
         let env = c.env.as_ref().unwrap();
-        assert_eq!(env.len(), 2, "no clients' password without spec.auth");
+        assert_eq!(env.len(), 4, "no clients' password without spec.auth");
         assert_eq!(env[0].name, "PODKEEPER_PASSWORD");
         assert_eq!(secret_ref(&env[0]), ("cache-podkeeper", "password"));
         assert_eq!(env[1].name, "PODKEEPER_REPLICATION_PASSWORD");
         assert_eq!(secret_ref(&env[1]), ("cache-podkeeper", "replication"));
+        assert_eq!(secret_ref(&env[2]), ("cache-podkeeper", "active-password"));
+        assert_eq!(
+            secret_ref(&env[3]),
+            ("cache-podkeeper", "active-replication")
+        );
+        // A rotation of podkeeper's own passwords rolls the members; the
+        // version's absence (no rotation yet) changes nothing.
+        let mut rotated = redis(7000, "redis:7");
+        rotated.status = Some(RedisStatus {
+            credentials_version: Some("42".into()),
+            ..RedisStatus::default()
+        });
+        let t2 = tmpl(&rotated);
+        assert_ne!(revision_of(&t2), revision_of(&t));
+        assert_eq!(
+            t2.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["podkeeper.dev/credentials-version"],
+            "42"
+        );
+        let mut no_rotation = redis(7000, "redis:7");
+        no_rotation.status = Some(RedisStatus::default());
+        assert_eq!(revision_of(&tmpl(&no_rotation)), revision_of(&t));
         let h1 = revision_of(&t);
         assert_eq!(h1, revision_of(&tmpl(&redis(7000, "redis:7"))));
         assert_ne!(h1, revision_of(&tmpl(&redis(7001, "redis:7"))));
@@ -489,7 +517,7 @@ mod tests {
         let t = tmpl(&r);
         let spec = t.spec.as_ref().unwrap();
         let c = &spec.containers[0];
-        let env = &c.env.as_ref().unwrap()[2];
+        let env = &c.env.as_ref().unwrap()[4];
         assert_eq!(env.name, crate::redis::replication::config::PASSWORD_ENV);
         assert!(env.value.is_none(), "the password is not in the Pod spec");
         assert_eq!(secret_ref(env), ("pw", "password"));

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use crate::api::Redis;
-use crate::api::names::{INSTANCE_LABEL, NAME_LABEL};
+use crate::api::names::{CREDENTIALS_VERSION_ANNOTATION, INSTANCE_LABEL, NAME_LABEL};
 use crate::api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, ROLE_LABEL};
 use crate::api::redis::{DefaultUser, Retention, is_own_key};
 use crate::podset::claims::ClaimTemplate;
@@ -346,10 +346,20 @@ pub fn pod_template(redis: &Redis) -> Result<PodTemplateSpec, String> {
     // Every member starts as a replica (of the placeholder); the operator
     // moves the label of the one it makes primary.
     labels.insert(ROLE_LABEL.into(), "replica".into());
+    let mut annotations = extra.annotations.clone();
+    // A rotation of podkeeper's own passwords rolls the members: each is
+    // started again with the new ones (`crate::redis::credentials`).
+    if let Some(version) = redis
+        .status
+        .as_ref()
+        .and_then(|s| s.credentials_version.clone())
+    {
+        annotations.insert(CREDENTIALS_VERSION_ANNOTATION.into(), version);
+    }
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
-            annotations: (!extra.annotations.is_empty()).then(|| extra.annotations.clone()),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             ..Default::default()
         }),
         spec: Some(pod_spec),

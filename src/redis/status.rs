@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use crate::api::redis::{CERTIFICATE_CONDITION, REPLICATED_CONDITION};
+use crate::api::redis::{CERTIFICATE_CONDITION, CREDENTIALS_CONDITION, REPLICATED_CONDITION};
 use crate::api::{Redis, RedisStatus};
 use crate::podset::reconcile::Report;
 use crate::redis::hooks::Replication;
@@ -143,12 +143,21 @@ pub fn desired_status(redis: &Redis, report: &Report<'_, Replication>) -> RedisS
                     repl.primary.is_some(),
                 ))
                 .chain(certificate_condition(redis, &previous, repl))
+                .chain(kept_or_new(
+                    &previous,
+                    CREDENTIALS_CONDITION,
+                    repl.credentials.as_ref(),
+                ))
                 .collect(),
             redis.metadata.generation,
             report.now,
         ),
         primary: repl.primary.clone(),
         members: repl.members.clone(),
+        credentials_version: repl
+            .credentials_version
+            .clone()
+            .or(previous.credentials_version.clone()),
     }
 }
 
@@ -160,9 +169,19 @@ fn certificate_condition<'a>(
     repl: &'a Replication,
 ) -> Option<Cond<'a>> {
     redis.spec.tls.as_ref()?;
-    match &repl.certificate {
+    kept_or_new(previous, CERTIFICATE_CONDITION, repl.certificate.as_ref())
+}
+
+/// Condition `type_` as this round found it, else as it was (a round that
+/// did not look).
+fn kept_or_new<'a>(
+    previous: &'a RedisStatus,
+    type_: &'static str,
+    found: Option<&'a (&'static str, &'static str, String)>,
+) -> Option<Cond<'a>> {
+    match found {
         Some((status, reason, message)) => Some(Cond {
-            type_: CERTIFICATE_CONDITION,
+            type_,
             status,
             reason,
             message: message.clone(),
@@ -170,9 +189,9 @@ fn certificate_condition<'a>(
         None => previous
             .conditions
             .iter()
-            .find(|c| c.type_ == CERTIFICATE_CONDITION)
+            .find(|c| c.type_ == type_)
             .map(|c| Cond {
-                type_: CERTIFICATE_CONDITION,
+                type_,
                 status: c.status.as_str(),
                 reason: c.reason.as_str(),
                 message: c.message.clone(),

@@ -388,6 +388,15 @@ async fn auth_config_and_failover_are_validated() {
         secret_value(&upgraded, "password"),
         secret_value(&own, "password")
     );
+    // And the active keys: the passwords as they are (nothing rotated).
+    assert_eq!(
+        secret_value(&own, "active-password"),
+        secret_value(&own, "password")
+    );
+    assert_eq!(
+        secret_value(&upgraded, "active-replication"),
+        secret_value(&upgraded, "replication")
+    );
 
     // A Secret the user made is used as it is, never overwritten; one
     // without the key is reported.
@@ -506,5 +515,118 @@ async fn a_generated_secret_refused_by_a_quota_is_created_once_the_quota_is_lift
     .await;
     let (ok, out, _) = env.kubectl(&["events", "--for", "redis/quota"]);
     assert!(ok && out.contains("SecretCreated"), "{out}");
+    op.assert_running();
+}
+
+/// The version of podkeeper's passwords a Pod was started at.
+fn credentials_version(p: &Pod) -> Option<String> {
+    p.annotations()
+        .get("podkeeper.dev/credentials-version")
+        .cloned()
+}
+
+/// A person changes the operator's and replication's passwords in
+/// `<name>-podkeeper`: the members roll (each started again with the new
+/// ones), the new passwords become the active ones only once every member
+/// runs on them, and not while the API server refuses that write (the
+/// Redis says why, and goes on once it is allowed), with no second roll.
+#[tokio::test]
+async fn a_change_of_podkeepers_own_passwords_rolls_the_members_and_is_made_active_only_after() {
+    let env = TestEnv::new("redis-rotate").await;
+    let mut op = env.start_operator();
+    let r = create(&env, "rot", json!({"replicas": 3})).await.unwrap();
+    let uid = r.uid().unwrap();
+    let secrets = env.api::<Secret>();
+    let redis = env.api::<Redis>();
+    let first = wait_for("3 Pods and the Secret", TIMEOUT, || async {
+        let pods = live_pods(&env, &uid).await;
+        let s = secrets.get_opt("rot-podkeeper").await.ok()??;
+        (pods.len() == 3 && pods.iter().all(is_ready)).then_some((pods, s))
+    })
+    .await;
+    let (old_pods, own) = first;
+    let old_password = secret_value(&own, "password");
+    // The activation is refused while this policy stands (as a webhook
+    // or a policy of the cluster's might).
+    let policy = crate::transients::Policy::refuse_on(
+        &env,
+        "secrets",
+        &["UPDATE"],
+        "!has(object.data) || !has(oldObject.data) || !('active-password' in object.data) \
+         || !('active-password' in oldObject.data) \
+         || object.data['active-password'] == oldObject.data['active-password']",
+        "test policy refuses a change of active-password",
+    )
+    .await;
+    let (new_op, new_repl) = ("N3wOperatorPassw0rd", "N3wReplicationPassw0rd");
+    secrets
+        .patch(
+            "rot-podkeeper",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": new_op, "replication": new_repl}})),
+        )
+        .await
+        .unwrap();
+    // The members roll to the Secret's new version.
+    let rolled = wait_for("every member started again", TIMEOUT, || async {
+        let r = redis.get("rot").await.ok()?;
+        let pods = live_pods(&env, &uid).await;
+        let version = r.status.as_ref()?.credentials_version.clone()?;
+        let all = pods.len() == 3
+            && pods.iter().all(is_ready)
+            && pods
+                .iter()
+                .all(|p| credentials_version(p).as_ref() == Some(&version));
+        all.then_some(pods)
+    })
+    .await;
+    for p in &rolled {
+        assert!(
+            old_pods.iter().all(|o| o.name_any() != p.name_any()),
+            "{} was not replaced",
+            p.name_any()
+        );
+    }
+    let warning = wait_for("the refused activation told", TIMEOUT, || async {
+        crate::redis::notes(&env, "CredentialsNotActivated")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert!(warning.contains("test policy refuses"), "{warning}");
+    let r = redis.get("rot").await.unwrap();
+    let (status, reason, _) = condition(&r, "CredentialsCurrent").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Rotating"));
+    let s = secrets.get("rot-podkeeper").await.unwrap();
+    assert_eq!(secret_value(&s, "active-password"), old_password);
+
+    policy.remove().await;
+    wait_for("the new passwords active", TIMEOUT, || async {
+        let s = secrets.get("rot-podkeeper").await.ok()?;
+        (secret_value(&s, "active-password") == new_op
+            && secret_value(&s, "active-replication") == new_repl)
+            .then_some(())
+    })
+    .await;
+    wait_for("CredentialsCurrent", TIMEOUT, || async {
+        let r = redis.get("rot").await.ok()?;
+        (condition(&r, "CredentialsCurrent")?.0 == "True").then_some(())
+    })
+    .await;
+    let mut after: Vec<String> = live_pods(&env, &uid)
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let mut rolled: Vec<String> = rolled.iter().map(|p| p.name_any()).collect();
+    after.sort();
+    rolled.sort();
+    assert_eq!(after, rolled, "no second roll");
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/rot"]);
+    assert!(
+        ok && out.contains("CredentialsRotating") && out.contains("CredentialsRotated"),
+        "{out}"
+    );
     op.assert_running();
 }

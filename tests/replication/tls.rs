@@ -234,6 +234,7 @@ impl Set {
             &Access {
                 password: None,
                 operator: Some(OPERATOR_PASSWORD),
+                previous_operator: None,
                 manage_clients: true,
                 timeouts: timeouts(),
                 route: &Route::PodNetwork,

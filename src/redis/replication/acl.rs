@@ -28,11 +28,21 @@ impl std::fmt::Debug for User {
 pub struct Users {
     pub users: Vec<User>,
     pub names: HashSet<String>,
-    /// The replication user's password: every member process is given the
-    /// user and logs in to its primary as it (`masteruser`/`masterauth`),
-    /// once (members started by an older podkeeper replicated as the
-    /// operator's user, which no longer may).
-    pub replication: Option<String>,
+    /// podkeeper's own users' passwords (`None`: not known this round).
+    pub own: Option<Own>,
+}
+
+/// The passwords of podkeeper's own users as the members should have them:
+/// the operator's user's and the replication user's, which replicas log in
+/// to their primary as (`masteruser`/`masterauth`; members started by an
+/// older podkeeper replicated as the operator's user, which no longer may).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Own {
+    pub operator: String,
+    pub replication: String,
+    /// No rotation under way: each member keeps these alone; during one,
+    /// beside the passwords it has.
+    pub alone: bool,
 }
 
 impl std::fmt::Debug for Users {

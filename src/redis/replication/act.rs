@@ -616,6 +616,9 @@ pub struct Round {
     /// Members made to take the Secret's certificate up, and those that
     /// do not serve it yet.
     pub certificates: tls::Converged,
+    /// Whether every member that answers keeps only podkeeper's own
+    /// passwords (no old one beside them).
+    pub own_alone: bool,
 }
 
 /// The order of a round: observe every member, give each the write fence,
@@ -666,6 +669,9 @@ pub async fn reconcile(
         )
         .await,
     );
+    let own_alone = access
+        .users
+        .is_some_and(|u| users::own_alone(&members, u, &memory.users));
     let certificates =
         tls::converge(&members, access, memory.observer.connections(), &memory.tls).await;
     let mut plan = topology::plan(&members, recorded, settings, now);
@@ -696,6 +702,7 @@ pub async fn reconcile(
             unfenced,
             unconverged,
             certificates,
+            own_alone,
         };
     }
     let outcome = execute(&plan, access, memory).await;
@@ -710,6 +717,7 @@ pub async fn reconcile(
         unfenced,
         unconverged,
         certificates,
+        own_alone,
     }
 }
 

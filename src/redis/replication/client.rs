@@ -71,6 +71,9 @@ pub struct Endpoint {
     /// password only where it is refused (a member started before podkeeper
     /// gave its members that user).
     pub operator: Option<String>,
+    /// The operator's user's password before a rotation (see
+    /// `crate::redis::credentials`): tried after [`Endpoint::operator`].
+    pub previous_operator: Option<String>,
     /// Over TLS, verified so (`spec.tls`, on the member's TLS port).
     pub tls: Option<Dial>,
 }
@@ -83,6 +86,10 @@ impl std::fmt::Debug for Endpoint {
             .field("port", &self.port)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("operator", &self.operator.as_ref().map(|_| "<redacted>"))
+            .field(
+                "previous_operator",
+                &self.previous_operator.as_ref().map(|_| "<redacted>"),
+            )
             .field("tls", &self.tls.is_some())
             .finish()
     }
@@ -95,6 +102,7 @@ impl Endpoint {
             port,
             password,
             operator: None,
+            previous_operator: None,
             tls: None,
         }
     }
@@ -105,18 +113,20 @@ impl Endpoint {
         self
     }
 
-    /// The same, logging in as the operator's user first.
-    pub fn with_operator(mut self, operator: Option<String>) -> Self {
+    /// The same, logging in as the operator's user first (with its
+    /// password, then the one before a rotation).
+    pub fn with_operator(mut self, operator: Option<String>, previous: Option<String>) -> Self {
         self.operator = operator;
+        self.previous_operator = previous;
         self
     }
 
-    /// The logins to try, in order: the operator's user, then the clients'
-    /// password (or none).
+    /// The logins to try, in order: the operator's user (its password, then
+    /// the one before a rotation), then the clients' password (or none).
     fn logins(&self) -> Vec<RedisConnectionInfo> {
         let plain = RedisConnectionInfo::default().set_skip_set_lib_name();
         let mut logins = Vec::new();
-        if let Some(op) = &self.operator {
+        for op in self.operator.iter().chain(&self.previous_operator) {
             logins.push(plain.clone().set_username(OPERATOR_USER).set_password(op));
         }
         logins.push(match &self.password {
@@ -215,6 +225,8 @@ pub struct Access<'a> {
     pub password: Option<&'a str>,
     /// The operator's own user's password (see [`Endpoint::operator`]).
     pub operator: Option<&'a str>,
+    /// Its password before a rotation (see [`Endpoint::previous_operator`]).
+    pub previous_operator: Option<&'a str>,
     /// Whether `password` is what the members should have (its Secret was
     /// read): only then are they brought to it.
     pub manage_clients: bool,
@@ -235,6 +247,7 @@ impl<'a> Access<'a> {
         Access {
             password: None,
             operator: None,
+            previous_operator: None,
             manage_clients: true,
             timeouts: Timeouts { deadline },
             route,
@@ -255,7 +268,10 @@ impl Access<'_> {
             .and_then(|t| Some((t.dial.clone(), *t.ports.get(pod)?)));
         let port = tls.as_ref().map_or(port, |(_, p)| *p);
         Endpoint::new(ip, port, self.password.map(str::to_string))
-            .with_operator(self.operator.map(str::to_string))
+            .with_operator(
+                self.operator.map(str::to_string),
+                self.previous_operator.map(str::to_string),
+            )
             .with_tls(tls.map(|(dial, _)| dial))
     }
 }
@@ -653,6 +669,7 @@ pub struct ConnectionKey {
     pub port: u16,
     password: Option<String>,
     operator: Option<String>,
+    previous_operator: Option<String>,
     tls: Option<Dial>,
     forwarded: bool,
 }
@@ -683,6 +700,7 @@ impl Connections {
             port: endpoint.port,
             password: endpoint.password.clone(),
             operator: endpoint.operator.clone(),
+            previous_operator: endpoint.previous_operator.clone(),
             tls: endpoint.tls.clone(),
             forwarded: matches!(access.route, Route::PortForward(_)),
         }
@@ -857,6 +875,7 @@ pub(crate) mod tests {
         let access = Access {
             password,
             operator: None,
+            previous_operator: None,
             manage_clients: true,
             timeouts: Timeouts { deadline: DEADLINE },
             route: &route,

@@ -165,6 +165,20 @@ pub const REPLICATION_PASSWORD_ENV: &str = "PODKEEPER_REPLICATION_PASSWORD";
 /// The key of the replication user's password in [`operator_secret_name`].
 pub const REPLICATION_SECRET_KEY: &str = "replication";
 
+/// The keys podkeeper writes in [`operator_secret_name`] beside
+/// [`OPERATOR_SECRET_KEY`] and [`REPLICATION_SECRET_KEY`]: the passwords
+/// every member accepts. While a key differs from its active one, the
+/// password is being rotated (see `crate::redis::credentials`).
+pub const OPERATOR_ACTIVE_KEY: &str = "active-password";
+pub const REPLICATION_ACTIVE_KEY: &str = "active-replication";
+
+/// The environment variables that carry the active passwords into the
+/// container (optional: a Secret made by an older podkeeper has none), so
+/// that a member started during a rotation accepts the old password beside
+/// the new one, as the running members do.
+pub const OPERATOR_ACTIVE_ENV: &str = "PODKEEPER_ACTIVE_PASSWORD";
+pub const REPLICATION_ACTIVE_ENV: &str = "PODKEEPER_ACTIVE_REPLICATION_PASSWORD";
+
 /// The environment variable that says, with the value `off`, that the
 /// `default` user may not log in (`spec.defaultUser: Disabled`).
 pub const DEFAULT_USER_ENV: &str = "PODKEEPER_DEFAULT_USER";
@@ -188,8 +202,10 @@ pub const OPERATOR_SECRET_KEY: &str = "password";
 ///   user [`REPLICATION_USER`] with the password from
 ///   [`REPLICATION_PASSWORD_ENV`] and [`REPLICATION_RULES`] (both
 ///   passwords letters and digits, made by podkeeper; the script refuses
-///   anything else), and replication logging in as it (`masteruser`,
-///   `masterauth`);
+///   anything else), each also with its active password
+///   ([`OPERATOR_ACTIVE_ENV`], [`REPLICATION_ACTIVE_ENV`]; the same one
+///   but during a rotation), and replication logging in as it
+///   (`masteruser`, `masterauth`, the new password);
 /// - with [`DEFAULT_USER_ENV`] `off`, the `default` user off;
 /// - with `spec.auth`, `requirepass` (the `default` user's password) from
 ///   [`PASSWORD_ENV`], quoted for redis.conf with shell built-ins only (no
@@ -199,8 +215,9 @@ pub const OPERATOR_SECRET_KEY: &str = "password";
 /// The password variables are unset before the exec, so redis-server's
 /// environment does not hold them either. `$@` is the arguments.
 pub const AUTH_SCRIPT: &str = r#"o=$PODKEEPER_PASSWORD r=$PODKEEPER_REPLICATION_PASSWORD
-unset PODKEEPER_PASSWORD PODKEEPER_REPLICATION_PASSWORD
-for x in "$o" "$r"; do
+oa=${PODKEEPER_ACTIVE_PASSWORD:-$o} ra=${PODKEEPER_ACTIVE_REPLICATION_PASSWORD:-$r}
+unset PODKEEPER_PASSWORD PODKEEPER_REPLICATION_PASSWORD PODKEEPER_ACTIVE_PASSWORD PODKEEPER_ACTIVE_REPLICATION_PASSWORD
+for x in "$o" "$r" "$oa" "$ra"; do
   case $x in
     ''|*[!A-Za-z0-9]*) echo "podkeeper: the operator's and replication's passwords must be letters and digits" >&2; exit 1 ;;
   esac
@@ -228,8 +245,8 @@ if [ -n "${REDIS_PASSWORD+set}" ]; then
 fi
 unset REDIS_PASSWORD
 exec redis-server "$@" - <<EOF
-user podkeeper on >$o resetkeys resetchannels -@all +ping +info +role +replicaof +failover +wait +config|get +config|set +acl|setuser +acl|deluser +acl|users
-user replication on >$r resetkeys resetchannels -@all +psync +sync +replconf +ping
+user podkeeper on >$o >$oa resetkeys resetchannels -@all +ping +info +role +replicaof +failover +wait +config|get +config|set +acl|setuser +acl|deluser +acl|users
+user replication on >$r >$ra resetkeys resetchannels -@all +psync +sync +replconf +ping
 masteruser replication
 masterauth $r
 $a
@@ -517,7 +534,7 @@ mod tests {
         );
         assert!(AUTH_SCRIPT.contains(&format!("unset {PASSWORD_ENV}\n")));
         assert!(AUTH_SCRIPT.contains(&format!(
-            "unset {OPERATOR_PASSWORD_ENV} {REPLICATION_PASSWORD_ENV}\n"
+            "unset {OPERATOR_PASSWORD_ENV} {REPLICATION_PASSWORD_ENV} {OPERATOR_ACTIVE_ENV} {REPLICATION_ACTIVE_ENV}\n"
         )));
         for a in &args[3..] {
             assert!(!a.contains("requirepass") && !a.contains("masterauth") && !a.contains('$'));
@@ -590,6 +607,8 @@ mod tests {
                     .env(OPERATOR_PASSWORD_ENV, operator)
                     .env(REPLICATION_PASSWORD_ENV, replication)
                     .env_remove(PASSWORD_ENV)
+                    .env_remove(OPERATOR_ACTIVE_ENV)
+                    .env_remove(REPLICATION_ACTIVE_ENV)
                     .env_remove(DEFAULT_USER_ENV);
                 if default_off {
                     c.env(DEFAULT_USER_ENV, "off");
@@ -637,8 +656,10 @@ mod tests {
             assert_eq!(
                 lines[..4],
                 [
-                    format!("user {OPERATOR_USER} on >{operator} {OPERATOR_RULES}"),
-                    format!("user {REPLICATION_USER} on >{replication} {REPLICATION_RULES}"),
+                    format!("user {OPERATOR_USER} on >{operator} >{operator} {OPERATOR_RULES}"),
+                    format!(
+                        "user {REPLICATION_USER} on >{replication} >{replication} {REPLICATION_RULES}"
+                    ),
                     format!("masteruser {REPLICATION_USER}"),
                     format!("masterauth {replication}"),
                 ],
@@ -661,6 +682,34 @@ mod tests {
         // spec.defaultUser: Disabled.
         assert!(run_as(operator, replication, Some("pw"), true));
         assert_eq!(read("stdin").lines().last(), Some("user default off"));
+        // During a rotation: the new passwords and the active ones, both
+        // accepted; replication logs in with the new one.
+        let (cmd, args) = server_command(7000, &[]);
+        let started = std::process::Command::new(&cmd[0])
+            .args(&args)
+            .env("PATH", &path)
+            .env("OUT", dir.path())
+            .env(OPERATOR_PASSWORD_ENV, "NewOp")
+            .env(REPLICATION_PASSWORD_ENV, "NewRepl")
+            .env(OPERATOR_ACTIVE_ENV, "OldOp")
+            .env(REPLICATION_ACTIVE_ENV, "OldRepl")
+            .env_remove(PASSWORD_ENV)
+            .env_remove(DEFAULT_USER_ENV)
+            .status()
+            .unwrap();
+        assert!(started.success());
+        let stdin = read("stdin");
+        let lines: Vec<&str> = stdin.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                format!("user {OPERATOR_USER} on >NewOp >OldOp {OPERATOR_RULES}"),
+                format!("user {REPLICATION_USER} on >NewRepl >OldRepl {REPLICATION_RULES}"),
+                format!("masteruser {REPLICATION_USER}"),
+                "masterauth NewRepl".to_string(),
+            ]
+        );
+        assert!(!read("env").contains("OldOp"));
         // An operator or replication password that is not letters and
         // digits is refused: it would be read as more ACL rules.
         for bad in ["", "two words", "pw>x", "a\nb"] {

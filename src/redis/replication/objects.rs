@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ExecAction, Probe, Secret
 use crate::api::names::{POD_NAME_LABEL, ROLE_LABEL};
 use crate::api::redis::AuthSpec;
 use crate::redis::replication::config::{
-    OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, OPERATOR_USER, PASSWORD_ENV,
+    OPERATOR_ACTIVE_ENV, OPERATOR_ACTIVE_KEY, OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY,
+    OPERATOR_USER, PASSWORD_ENV, REPLICATION_ACTIVE_ENV, REPLICATION_ACTIVE_KEY,
     REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY, operator_secret_name,
 };
 use crate::redis::replication::dial::MOUNT;
@@ -86,20 +87,24 @@ pub fn password_env(auth: &AuthSpec) -> EnvVar {
 }
 
 /// The container's variables with the operator's own password and the
-/// replication user's, from the Secret podkeeper makes for Redis `redis`.
-pub fn operator_password_env(redis: &str) -> [EnvVar; 2] {
+/// replication user's, and the active ones (optional: see
+/// [`OPERATOR_ACTIVE_ENV`]), from the Secret podkeeper makes for Redis
+/// `redis`.
+pub fn operator_password_env(redis: &str) -> [EnvVar; 4] {
     [
-        (OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY),
-        (REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY),
+        (OPERATOR_PASSWORD_ENV, OPERATOR_SECRET_KEY, false),
+        (REPLICATION_PASSWORD_ENV, REPLICATION_SECRET_KEY, false),
+        (OPERATOR_ACTIVE_ENV, OPERATOR_ACTIVE_KEY, true),
+        (REPLICATION_ACTIVE_ENV, REPLICATION_ACTIVE_KEY, true),
     ]
-    .map(|(name, key)| EnvVar {
+    .map(|(name, key, optional)| EnvVar {
         name: name.to_string(),
         value: None,
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: operator_secret_name(redis),
                 key: key.into(),
-                optional: Some(false),
+                optional: Some(optional),
             }),
             ..EnvVarSource::default()
         }),

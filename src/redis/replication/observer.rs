@@ -69,6 +69,7 @@ struct Target {
     port: u16,
     password: Option<String>,
     operator: Option<String>,
+    previous_operator: Option<String>,
     forwarded: bool,
     timeouts: Timeouts,
 }
@@ -204,6 +205,7 @@ impl Observer {
             port: endpoint.port,
             password: endpoint.password.clone(),
             operator: endpoint.operator.clone(),
+            previous_operator: endpoint.previous_operator.clone(),
             forwarded: matches!(access.route, Route::PortForward(_)),
             timeouts: access.timeouts,
         };
@@ -217,7 +219,7 @@ impl Observer {
                 access.route.clone(),
                 access.timeouts,
                 pod.to_string(),
-                endpoint.clone(),
+                Box::new(endpoint.clone()),
                 latest.clone(),
                 nudge.clone(),
                 self.period,
@@ -245,7 +247,8 @@ async fn observe_member(
     route: Route,
     timeouts: Timeouts,
     pod: String,
-    endpoint: Endpoint,
+    // Boxed: a member's task stays small (see `a_members_task_is_small`).
+    endpoint: Box<Endpoint>,
     latest: watch::Sender<Option<Arc<Sample>>>,
     nudge: Arc<Notify>,
     period: Duration,
@@ -254,6 +257,7 @@ async fn observe_member(
     let access = Access {
         password: endpoint.password.as_deref(),
         operator: endpoint.operator.as_deref(),
+        previous_operator: endpoint.previous_operator.as_deref(),
         // The observer only asks INFO.
         manage_clients: false,
         timeouts,
@@ -352,7 +356,7 @@ mod tests {
             Route::PodNetwork,
             access.timeouts,
             "p".into(),
-            access.endpoint("p", "10.0.0.1", 6379),
+            Box::new(access.endpoint("p", "10.0.0.1", 6379)),
             watch::channel(None).0,
             Arc::new(Notify::new()),
             PERIOD,

@@ -12,13 +12,18 @@
 //! commands, whatever its rules say. A user no longer in the spec is
 //! deleted; a member's process is swept once of users podkeeper does not
 //! know (left by an operator that did not see a removal).
+//!
+//! podkeeper's own users (the operator's and replication's) go the same
+//! way, their passwords beside the old ones first; they are left alone
+//! only once no rotation is under way ([`Own::alone`]: every member was
+//! started again with the new ones, see [`crate::redis::credentials`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::future::join_all;
 
-use crate::redis::replication::acl::{User, Users};
+use crate::redis::replication::acl::{Own, User, Users};
 use crate::redis::replication::client::{Access, Connections, Node};
 use crate::redis::replication::clients::{Given, digest, steps};
 use crate::redis::replication::config::{OPERATOR_USER, REPLICATION_RULES, REPLICATION_USER};
@@ -53,17 +58,62 @@ fn setuser(u: &User, step: &Given) -> redis::Cmd {
     cmd
 }
 
-/// Per member process: whether it was swept (and given the replication
-/// user), and what each user was given.
+/// What identifies podkeeper's own passwords together.
+fn own_digest(own: &Own) -> String {
+    digest(&format!("{}\n{}", own.operator, own.replication))
+}
+
+/// The commands that give a member podkeeper's own passwords for `step`:
+/// beside the ones it has, or alone (and replication logging in with the
+/// new one; at once when no rotation is under way, else once every member
+/// has it).
+fn own_commands(own: &Own, step: &Given) -> Vec<redis::Cmd> {
+    let alone = matches!(step, Given::Only(_));
+    let mut operator = redis::cmd("ACL");
+    operator.arg("SETUSER").arg(OPERATOR_USER).arg("on");
+    let mut replication = redis::cmd("ACL");
+    replication.arg("SETUSER").arg(REPLICATION_USER).arg("on");
+    if alone {
+        operator.arg("resetpass");
+        replication.arg("resetpass");
+    }
+    operator.arg(format!(">{}", own.operator));
+    replication.arg(format!(">{}", own.replication));
+    for word in REPLICATION_RULES.split(' ') {
+        replication.arg(word);
+    }
+    let mut out = vec![replication];
+    if alone || own.alone {
+        let mut login = redis::cmd("CONFIG");
+        login
+            .arg("SET")
+            .arg("masteruser")
+            .arg(REPLICATION_USER)
+            .arg("masterauth")
+            .arg(&own.replication);
+        out.push(login);
+    }
+    // The operator's own login last: the connection these go over logged
+    // in as it.
+    out.push(operator);
+    out
+}
+
+/// Per member process: whether it was swept, what each user was given,
+/// and what podkeeper's own users were.
 #[derive(Debug, Default)]
 struct Process {
     run_id: String,
-    swept: bool,
-    given: HashMap<String, Given>,
+    known: Known,
 }
 
-/// What a member's process is known to have: swept, and per user.
-type Known = (bool, HashMap<String, Given>);
+/// What a member's process is known to have.
+#[derive(Clone, Debug, Default)]
+struct Known {
+    swept: bool,
+    given: HashMap<String, Given>,
+    own: Option<Given>,
+}
 
 /// What each member's process was given.
 #[derive(Debug, Default)]
@@ -84,17 +134,16 @@ impl Ledger {
         self.locked()
             .get(pod)
             .filter(|p| p.run_id == run_id)
-            .map(|p| (p.swept, p.given.clone()))
+            .map(|p| p.known.clone())
             .unwrap_or_default()
     }
 
-    fn note(&self, pod: &str, run_id: &str, swept: bool, given: HashMap<String, Given>) {
+    fn note(&self, pod: &str, run_id: &str, known: Known) {
         self.locked().insert(
             pod.to_string(),
             Process {
                 run_id: run_id.to_string(),
-                swept,
-                given,
+                known,
             },
         );
     }
@@ -103,33 +152,44 @@ impl Ledger {
 /// One member's commands this round.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Due {
-    /// Sweep its process of users podkeeper does not know, and give it the
-    /// replication user.
+    /// Sweep its process of users podkeeper does not know.
     pub sweep: bool,
     pub set: Vec<(String, Given)>,
     pub delete: Vec<String>,
+    /// podkeeper's own users' passwords.
+    pub own: Option<Given>,
 }
 
-/// What to ask each member (`given`: per member, whether swept and what
-/// each user was given), towards `users`. Pure.
-pub fn plan(
-    given: &[(&str, bool, &HashMap<String, Given>)],
-    users: &Users,
-) -> HashMap<String, Due> {
+/// What to ask each member (`given`: per member, what its process is
+/// known to have), towards `users`. Pure.
+fn plan(given: &[(&str, &Known)], users: &Users) -> HashMap<String, Due> {
     let mut out: HashMap<String, Due> = HashMap::new();
     for u in &users.users {
         let view: Vec<(&str, Option<&Given>)> = given
             .iter()
-            .map(|(pod, _, g)| (*pod, g.get(&u.name)))
+            .map(|(pod, k)| (*pod, k.given.get(&u.name)))
             .collect();
         for (pod, step) in steps(&view, Some(&user_digest(u))) {
             out.entry(pod).or_default().set.push((u.name.clone(), step));
         }
     }
-    for (pod, swept, g) in given {
+    if let Some(own) = &users.own {
+        let view: Vec<(&str, Option<&Given>)> = given
+            .iter()
+            .map(|(pod, k)| (*pod, k.own.as_ref()))
+            .collect();
+        for (pod, step) in steps(&view, Some(&own_digest(own))) {
+            // Alone only once no member needs the old ones.
+            if own.alone || !matches!(step, Given::Only(_)) {
+                out.entry(pod).or_default().own = Some(step);
+            }
+        }
+    }
+    for (pod, k) in given {
         let due = out.entry(pod.to_string()).or_default();
-        due.sweep = !swept;
-        due.delete = g
+        due.sweep = !k.swept;
+        due.delete = k
+            .given
             .keys()
             .filter(|n| !users.names.contains(*n))
             .cloned()
@@ -138,6 +198,19 @@ pub fn plan(
     }
     out.retain(|_, d| *d != Due::default());
     out
+}
+
+/// Whether every member that answers keeps only podkeeper's own passwords
+/// of `users` (as far as the ledger knows).
+pub fn own_alone(members: &[Member], users: &Users, ledger: &Ledger) -> bool {
+    let Some(own) = &users.own else {
+        return false;
+    };
+    let want = Given::Only(own_digest(own));
+    members
+        .iter()
+        .filter_map(|m| Some((m, m.info()?.run_id.as_str())))
+        .all(|(m, run_id)| ledger.of(&m.pod, run_id).own.as_ref() == Some(&want))
 }
 
 /// Users podkeeper keeps on every member whatever the spec says.
@@ -164,10 +237,10 @@ pub async fn converge(
         .iter()
         .map(|(m, run_id)| ledger.of(&m.pod, run_id))
         .collect();
-    let view: Vec<(&str, bool, &HashMap<String, Given>)> = answering
+    let view: Vec<(&str, &Known)> = answering
         .iter()
         .zip(&known)
-        .map(|((m, _), (swept, g))| (m.pod.as_str(), *swept, g))
+        .map(|((m, _), k)| (m.pod.as_str(), k))
         .collect();
     let due = plan(&view, users);
     let asked: Vec<(&Member, &str, &Known, &Due)> = answering
@@ -185,23 +258,10 @@ pub async fn converge(
                 "ACL SETUSER",
                 |node: Node| async move {
                     let mut delete = d.delete.clone();
-                    if d.sweep
-                        && let Some(password) = &users.replication
-                    {
-                        let mut user = redis::cmd("ACL");
-                        user.arg("SETUSER")
-                            .arg(REPLICATION_USER)
-                            .arg("on")
-                            .arg(format!(">{password}"));
-                        for word in REPLICATION_RULES.split(' ') {
-                            user.arg(word);
+                    if let (Some(own), Some(step)) = (&users.own, &d.own) {
+                        for cmd in own_commands(own, step) {
+                            node.command::<()>(&cmd).await?;
                         }
-                        node.command::<()>(&user).await?;
-                        node.config_set_many(&[
-                            ("masteruser", REPLICATION_USER),
-                            ("masterauth", password),
-                        ])
-                        .await?;
                     }
                     if d.sweep {
                         let present: Vec<String> =
@@ -228,15 +288,19 @@ pub async fn converge(
     }))
     .await;
     let mut errors = Vec::new();
-    for ((m, run_id, (_, given), d), r) in asked.into_iter().zip(results) {
+    for ((m, run_id, known, d), r) in asked.into_iter().zip(results) {
         match r {
             Ok(()) => {
-                let mut given = given.clone();
+                let mut known = known.clone();
                 for name in &d.delete {
-                    given.remove(name);
+                    known.given.remove(name);
                 }
-                given.extend(d.set.iter().cloned());
-                ledger.note(&m.pod, run_id, true, given);
+                known.given.extend(d.set.iter().cloned());
+                known.swept = true;
+                if d.own.is_some() {
+                    known.own = d.own.clone();
+                }
+                ledger.note(&m.pod, run_id, known);
             }
             Err(e) => errors.push((m.pod.clone(), e)),
         }
@@ -260,8 +324,108 @@ mod tests {
         Users {
             users: list.to_vec(),
             names: list.iter().map(|u| u.name.clone()).collect(),
-            replication: None,
+            own: None,
         }
+    }
+
+    fn known(swept: bool, given: &HashMap<String, Given>) -> Known {
+        Known {
+            swept,
+            given: given.clone(),
+            own: None,
+        }
+    }
+
+    fn args(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_passwords_go_beside_the_old_during_a_rotation_and_alone_only_after_it() {
+        let rotating = Own {
+            operator: "NewOp".into(),
+            replication: "NewRepl".into(),
+            alone: false,
+        };
+        let with = |own: &Own| Users {
+            own: Some(own.clone()),
+            ..Users::default()
+        };
+        let fresh = known(true, &HashMap::new());
+        // Beside the old on every member.
+        let due = plan(&[("a", &fresh), ("b", &fresh)], &with(&rotating));
+        let added = Given::Added(own_digest(&rotating));
+        assert_eq!(due["a"].own, Some(added.clone()));
+        assert_eq!(due["b"].own, Some(added.clone()));
+        let cmds: Vec<Vec<String>> = own_commands(&rotating, &added).iter().map(args).collect();
+        assert_eq!(
+            cmds.len(),
+            2,
+            "no masterauth while a member may lack it: {cmds:?}"
+        );
+        assert_eq!(
+            cmds[0][..5],
+            ["ACL", "SETUSER", "replication", "on", ">NewRepl"]
+        );
+        assert_eq!(cmds[1], ["ACL", "SETUSER", "podkeeper", "on", ">NewOp"]);
+        // Every member has them, the rotation still under way: nothing more.
+        let has = Known {
+            own: Some(added.clone()),
+            ..fresh.clone()
+        };
+        assert!(plan(&[("a", &has), ("b", &has)], &with(&rotating)).is_empty());
+        // Over: each keeps them alone, and replication logs in with them.
+        let over = Own {
+            alone: true,
+            ..rotating.clone()
+        };
+        let due = plan(&[("a", &has), ("b", &has)], &with(&over));
+        let only = Given::Only(own_digest(&over));
+        assert_eq!(due["a"].own, Some(only.clone()));
+        let cmds: Vec<Vec<String>> = own_commands(&over, &only).iter().map(args).collect();
+        assert_eq!(
+            cmds[0][..6],
+            [
+                "ACL",
+                "SETUSER",
+                "replication",
+                "on",
+                "resetpass",
+                ">NewRepl"
+            ]
+        );
+        assert_eq!(
+            cmds[1],
+            [
+                "CONFIG",
+                "SET",
+                "masteruser",
+                "replication",
+                "masterauth",
+                "NewRepl"
+            ]
+        );
+        assert_eq!(
+            cmds[2],
+            ["ACL", "SETUSER", "podkeeper", "on", "resetpass", ">NewOp"]
+        );
+        // A new process while nothing rotates: given them (and replication's
+        // login) at once, alone the round after.
+        let due = plan(&[("a", &fresh)], &with(&over));
+        assert_eq!(due["a"].own, Some(Given::Added(own_digest(&over))));
+        assert_eq!(
+            own_commands(&over, &Given::Added(own_digest(&over))).len(),
+            3
+        );
+        // Unknown (the Secret unreadable): the application users' sweep goes
+        // on without them.
+        let due = plan(&[("a", &known(false, &HashMap::new()))], &Users::default());
+        assert!(due["a"].sweep && due["a"].own.is_none());
     }
 
     #[test]
@@ -269,7 +433,10 @@ mod tests {
         let app = user("app", "one");
         let empty = HashMap::new();
         // A new process: swept, and the user added.
-        let due = plan(&[("a", false, &empty)], &users(std::slice::from_ref(&app)));
+        let due = plan(
+            &[("a", &known(false, &empty))],
+            &users(std::slice::from_ref(&app)),
+        );
         let d = &due["a"];
         assert!(d.sweep);
         assert_eq!(
@@ -279,7 +446,10 @@ mod tests {
         // Then alone.
         let added: HashMap<String, Given> =
             [("app".to_string(), Given::Added(user_digest(&app)))].into();
-        let due = plan(&[("a", true, &added)], &users(std::slice::from_ref(&app)));
+        let due = plan(
+            &[("a", &known(true, &added))],
+            &users(std::slice::from_ref(&app)),
+        );
         assert_eq!(
             due["a"].set,
             [("app".to_string(), Given::Only(user_digest(&app)))]
@@ -288,12 +458,18 @@ mod tests {
         // Done: nothing.
         let only: HashMap<String, Given> =
             [("app".to_string(), Given::Only(user_digest(&app)))].into();
-        assert!(plan(&[("a", true, &only)], &users(std::slice::from_ref(&app))).is_empty());
+        assert!(
+            plan(
+                &[("a", &known(true, &only))],
+                &users(std::slice::from_ref(&app))
+            )
+            .is_empty()
+        );
         // A new password: beside the old on both members before either
         // drops the old.
         let changed = user("app", "two");
         let due = plan(
-            &[("a", true, &only), ("b", true, &only)],
+            &[("a", &known(true, &only)), ("b", &known(true, &only))],
             &users(std::slice::from_ref(&changed)),
         );
         for pod in ["a", "b"] {
@@ -306,33 +482,30 @@ mod tests {
         let mut wider = app.clone();
         wider.rules = "~* +@read".into();
         assert_eq!(
-            plan(&[("a", true, &only)], &users(std::slice::from_ref(&wider)))["a"].set,
+            plan(
+                &[("a", &known(true, &only))],
+                &users(std::slice::from_ref(&wider))
+            )["a"]
+                .set,
             [("app".to_string(), Given::Added(user_digest(&wider)))]
         );
         // Removed from the spec: deleted.
-        let due = plan(&[("a", true, &only)], &users(&[]));
+        let due = plan(&[("a", &known(true, &only))], &users(&[]));
         assert_eq!(due["a"].delete, ["app"]);
         // A user whose Secret cannot be read is kept as it is.
         let unread = Users {
             users: Vec::new(),
             names: ["app".to_string()].into(),
-            replication: None,
+            own: None,
         };
-        assert!(plan(&[("a", true, &only)], &unread).is_empty());
+        assert!(plan(&[("a", &known(true, &only))], &unread).is_empty());
     }
 
     #[test]
     fn whatever_its_rules_an_application_user_is_denied_administrative_commands_last() {
         let mut u = user("app", "pw");
         u.rules = "allcommands allkeys +config +debug".into();
-        let cmd = setuser(&u, &Given::Only(user_digest(&u)));
-        let args: Vec<String> = cmd
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                _ => None,
-            })
-            .collect();
+        let args = args(&setuser(&u, &Given::Only(user_digest(&u))));
         assert_eq!(
             args[..8],
             [
