@@ -43,6 +43,10 @@ pub struct OwnPasswords {
     pub replication: Result<String, String>,
     pub active_operator: String,
     pub active_replication: Option<String>,
+    /// Why the Secret's new passwords cannot be used (not letters and
+    /// digits: the members' start script refuses them); the members keep
+    /// the active ones meanwhile.
+    pub invalid: Option<String>,
 }
 
 impl OwnPasswords {
@@ -53,6 +57,32 @@ impl OwnPasswords {
             .resource_version
             .as_deref()
             .unwrap_or_default()
+    }
+
+    /// The same, with a new password the members cannot take (see
+    /// [`OwnPasswords::invalid`]) put back to the active one.
+    fn checked(mut self) -> Self {
+        let bad = |p: &str| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric());
+        let name = self.secret.metadata.name.clone().unwrap_or_default();
+        let mut invalid = Vec::new();
+        if bad(&self.operator) && !bad(&self.active_operator) {
+            invalid.push(config::OPERATOR_SECRET_KEY);
+            self.operator = self.active_operator.clone();
+        }
+        if let (Ok(r), Some(a)) = (&self.replication, &self.active_replication)
+            && bad(r)
+            && !bad(a)
+        {
+            invalid.push(config::REPLICATION_SECRET_KEY);
+            self.replication = Ok(a.clone());
+        }
+        if !invalid.is_empty() {
+            self.invalid = Some(format!(
+                "Secret {name} key {} must be letters and digits only; the members keep their passwords until it is",
+                invalid.join(" and ")
+            ));
+        }
+        self
     }
 
     /// Whether either password differs from the one every member accepts.
@@ -105,7 +135,9 @@ pub async fn operator_passwords(
             active_operator: active_operator.clone()?,
             active_replication: active_replication.clone().ok(),
             secret,
-        });
+            invalid: None,
+        }
+        .checked());
     }
     let as_it_is = |replication: Result<String, String>| OwnPasswords {
         active_operator: operator.clone(),
@@ -113,6 +145,7 @@ pub async fn operator_passwords(
         operator: operator.clone(),
         replication,
         secret: secret.clone(),
+        invalid: None,
     };
     if !owned_by(&secret, owner) {
         let replication = replication.unwrap_or_else(|| {

@@ -46,6 +46,8 @@ pub enum Step {
     Rolling { updated: usize, total: usize },
     /// Every member runs on the new passwords: they become the active ones.
     Finish,
+    /// The Secret's new passwords cannot be used (why); nothing changes.
+    Refused(String),
 }
 
 /// Where the rotation is (`rotating`: the Secret's passwords differ from
@@ -108,6 +110,7 @@ pub fn condition(
                 "{updated} of {total} members started again with the passwords of Secret {secret}; the old ones are accepted until all are"
             ),
         )),
+        Step::Refused(why) => Some(("False", "InvalidPassword", why.clone())),
         Step::Finish => Some((
             "False",
             "Rotating",
@@ -133,8 +136,20 @@ pub async fn advance(
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| pod_version(p))
         .collect();
-    let step = step(own.rotating(), own.version(), recorded, &versions);
     let secret = operator_secret_name(&owner.name);
+    if let Some(why) = &own.invalid {
+        ctx.executor
+            .event(
+                owner,
+                EventType::Warning,
+                "InvalidCredentials",
+                "RotateCredentials",
+                why.clone(),
+            )
+            .await;
+        return Step::Refused(why.clone());
+    }
+    let step = step(own.rotating(), own.version(), recorded, &versions);
     let event = match &step {
         Step::Start(_) => Some((
             EventType::Normal,
@@ -153,7 +168,7 @@ pub async fn advance(
             ),
             Err(e) => (EventType::Warning, "CredentialsNotActivated", e),
         }),
-        Step::Settled | Step::Rolling { .. } => None,
+        Step::Settled | Step::Rolling { .. } | Step::Refused(_) => None,
     };
     if let Some((type_, reason, note)) = event {
         ctx.executor

@@ -546,6 +546,42 @@ async fn a_change_of_podkeepers_own_passwords_rolls_the_members_and_is_made_acti
     .await;
     let (old_pods, own) = first;
     let old_password = secret_value(&own, "password");
+    // A password the members' start script would refuse is not rolled
+    // out: the Redis says why, and the members keep theirs.
+    secrets
+        .patch(
+            "rot-podkeeper",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "not letters!"}})),
+        )
+        .await
+        .unwrap();
+    let why = wait_for("the invalid password reported", TIMEOUT, || async {
+        let r = redis.get("rot").await.ok()?;
+        let (status, reason, message) = condition(&r, "CredentialsCurrent")?;
+        (status == "False" && reason == "InvalidPassword").then_some(message)
+    })
+    .await;
+    assert!(
+        why.contains("key password must be letters and digits"),
+        "{why}"
+    );
+    assert!(
+        !crate::redis::notes(&env, "InvalidCredentials")
+            .await
+            .is_empty()
+    );
+    let r = redis.get("rot").await.unwrap();
+    assert_eq!(r.status.unwrap().credentials_version, None, "no roll");
+    let mut names: Vec<String> = live_pods(&env, &uid)
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let mut before: Vec<String> = old_pods.iter().map(|p| p.name_any()).collect();
+    names.sort();
+    before.sort();
+    assert_eq!(names, before);
     // The activation is refused while this policy stands (as a webhook
     // or a policy of the cluster's might).
     let policy = crate::transients::Policy::refuse_on(
