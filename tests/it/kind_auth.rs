@@ -335,3 +335,112 @@ async fn an_application_users_password_changes_under_writes_without_a_restart_an
     eprintln!("{w:?}");
     assert_nothing_lost(&w);
 }
+
+/// The text under `key` of a Secret.
+fn secret_text(secret: &Secret, key: &str) -> String {
+    let bytes = secret.data.as_ref().and_then(|d| d.get(key)).unwrap();
+    String::from_utf8(bytes.0.clone()).unwrap()
+}
+
+/// podkeeper's own passwords (the operator's user's and replication's, in
+/// `<name>-podkeeper`) changed while a client writes: the members roll to
+/// them with one switchover, the operator is never cut off (checked at
+/// every look), and once the new ones are active every member refuses the
+/// old ones; a failover afterwards links the replicas with the new
+/// replication password. Acknowledged writes lost: 0.
+#[tokio::test]
+async fn podkeepers_own_passwords_rotate_under_writes_and_the_old_ones_end_refused_on_every_member()
+ {
+    let env = TestEnv::new("kind-rotate").await;
+    let s = session(&env).await;
+    let name = "rotate";
+    s.create_redis_spec(
+        name,
+        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE}),
+    )
+    .await
+    .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+    let secrets: Api<Secret> = env.api();
+    let redises: Api<Redis> = env.api();
+    let own = secrets.get("rotate-podkeeper").await.unwrap();
+    let (old_op, old_repl) = (
+        secret_text(&own, "password"),
+        secret_text(&own, "replication"),
+    );
+    let (new_op, new_repl) = ("N3wOperatorPassw0rd", "N3wReplicationPassw0rd");
+    let before = members(&env, name).await;
+
+    let changing = session::now();
+    secrets
+        .patch(
+            "rotate-podkeeper",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": new_op, "replication": new_repl}})),
+        )
+        .await
+        .unwrap();
+    let mut looks = 0;
+    wait_for("the new passwords active and alone", TIMEOUT * 2, || {
+        looks += 1;
+        async {
+            let r = redises.get(name).await.ok()?;
+            let replicated = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Replicated")
+                .map(|c| c.reason.clone());
+            assert_ne!(
+                replicated.as_deref(),
+                Some(podkeeper::redis::replication::act::OPERATOR_CUT_OFF),
+                "the operator was locked out during the rotation"
+            );
+            let current = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "CredentialsCurrent" && c.status == "True");
+            let s = secrets.get("rotate-podkeeper").await.ok()?;
+            (current && secret_text(&s, "active-password") == new_op).then_some(())
+        }
+    })
+    .await;
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let changed = session::now();
+    let after = members(&env, name).await;
+    for pod in after.keys() {
+        assert!(!before.contains_key(pod), "{pod} was not started again");
+    }
+    for (pod, (_, ip, _)) in &after {
+        for (user, old, new) in [
+            ("podkeeper", old_op.as_str(), new_op),
+            ("replication", old_repl.as_str(), new_repl),
+        ] {
+            assert_eq!(login_as(&s, ip, user, new), "PONG", "{pod} {user}");
+            let refused = login_as(&s, ip, user, old);
+            assert!(refused.contains("WRONGPASS"), "{pod} {user}: {refused}");
+        }
+    }
+    let (attempts, _) = s.writes().unwrap();
+    eprintln!(
+        "writes refused while podkeeper's own passwords rotated ({:.0} s, {looks} looks): {:?}",
+        changed - changing,
+        writer::refusals(&attempts, changing, changed)
+    );
+
+    // A failover: the replicas follow the new primary, logging in with the
+    // new replication password.
+    fail_over(&env, name).await;
+    s.writes_accepted(100).await.unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("{w:?}");
+    assert_nothing_lost(&w);
+}
