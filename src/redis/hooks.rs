@@ -947,9 +947,21 @@ impl Extras<Redis> for ReplicationExtras {
                 &round.certificates,
                 certificate.as_ref(),
             ),
-            credentials: rotation
-                .as_ref()
-                .and_then(|s| credentials::condition(s, round.own_alone, &owner.name)),
+            credentials: match rotation.as_ref() {
+                // A user whose Secret cannot be read is what a person must
+                // act on once no rotation is under way.
+                None | Some(credentials::Step::Settled) if !unread_users.is_empty() => Some((
+                    "False",
+                    "UserSecretUnreadable",
+                    format!(
+                        "{}; the members keep what they had for these users",
+                        unread_users.join("; ")
+                    ),
+                )),
+                rotation => {
+                    rotation.and_then(|s| credentials::condition(s, round.own_alone, &owner.name))
+                }
+            },
             credentials_version: match rotation {
                 Some(credentials::Step::Start(version)) => Some(version),
                 _ => None,

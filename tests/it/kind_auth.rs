@@ -350,7 +350,7 @@ fn secret_text(secret: &Secret, key: &str) -> String {
 /// replication password. Acknowledged writes lost: 0.
 #[tokio::test]
 async fn podkeepers_own_passwords_rotate_under_writes_and_the_old_ones_end_refused_on_every_member()
- {
+{
     let env = TestEnv::new("kind-rotate").await;
     let s = session(&env).await;
     let name = "rotate";

@@ -666,3 +666,47 @@ async fn a_change_of_podkeepers_own_passwords_rolls_the_members_and_is_made_acti
     );
     op.assert_running();
 }
+
+/// An application user whose Secret does not exist: the Redis says so in
+/// a condition and an Event (the members keep what they had for it), and
+/// once the Secret is made the condition clears.
+#[tokio::test]
+async fn a_users_secret_that_cannot_be_read_is_a_condition_until_it_can() {
+    let env = TestEnv::new("redis-user-secret").await;
+    let mut op = env.start_operator();
+    create(
+        &env,
+        "users",
+        json!({"replicas": 1, "users": [{"name": "app", "secretName": "app-pw"}]}),
+    )
+    .await
+    .unwrap();
+    let redis = env.api::<Redis>();
+    let message = wait_for("UserSecretUnreadable", TIMEOUT, || async {
+        let r = redis.get("users").await.ok()?;
+        let (status, reason, message) = condition(&r, "CredentialsCurrent")?;
+        (status == "False" && reason == "UserSecretUnreadable").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("user app") && message.contains("Secret app-pw not found"),
+        "{message}"
+    );
+    let (ok, out, _) = env.kubectl(&["events", "--for", "redis/users"]);
+    assert!(ok && out.contains("UserSecretUnreadable"), "{out}");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-pw"},
+        "stringData": {"password": "app-one"},
+    }))
+    .unwrap();
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    wait_for("CredentialsCurrent", TIMEOUT, || async {
+        let r = redis.get("users").await.ok()?;
+        (condition(&r, "CredentialsCurrent")?.0 == "True").then_some(())
+    })
+    .await;
+    op.assert_running();
+}
