@@ -59,7 +59,7 @@ e2e target="kind" *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
     if [ "{{target}}" = "local" ]; then exec cargo test --test it {{ARGS}}; fi
-    kc=$(cargo run -q -- kind up --name {{kind_cluster}} --object-store)
+    kc=$(cargo run -q -- kind up --name {{kind_cluster}} --object-store --network-policies)
     export KUBECONFIG="$kc"
     just kind_cluster={{kind_cluster}} image kind-load
     kubectl apply -k manifests/

@@ -66,6 +66,9 @@ pub enum KindCommand {
         /// podkeeper-objects/object-store-credentials.
         #[arg(long)]
         object_store: bool,
+        /// Enforce NetworkPolicies (kube-network-policies on every node).
+        #[arg(long)]
+        network_policies: bool,
     },
     /// Build the node image and everything in it; prints its tag.
     NodeImage,

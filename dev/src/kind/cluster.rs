@@ -165,6 +165,8 @@ pub struct UpOptions {
     pub workers: u32,
     /// Deploy the object store too ([`super::object_store`]).
     pub object_store: bool,
+    /// Enforce NetworkPolicies ([`super::network_policies`]).
+    pub network_policies: bool,
 }
 
 fn kind(kind: &Path) -> Command {

@@ -17,11 +17,13 @@ fn run_blocking(command: KindCommand) -> Result<(), super::Error> {
             cluster,
             workers,
             object_store,
+            network_policies,
         } => {
             let path = super::up(&UpOptions {
                 name: cluster.name,
                 workers,
                 object_store,
+                network_policies,
             })?;
             if object_store {
                 // On stderr: stdout is the kubeconfig's path alone, for scripts.

@@ -23,6 +23,7 @@ pub async fn run(
         name: args.kind_name.clone(),
         workers: args.kind_workers,
         object_store: args.object_store,
+        network_policies: false,
     };
     let name = opts.name.clone();
     let path = tokio::task::spawn_blocking(move || super::up(&opts))

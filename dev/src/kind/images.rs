@@ -245,6 +245,16 @@ pub fn versitygw_image(binary: PathBuf) -> ImageSpec {
     spec
 }
 
+/// kube-network-policies on its own (static, CGO off).
+pub fn network_policies_image(binary: PathBuf) -> ImageSpec {
+    scratch_binary(
+        v::network_policies_image(),
+        binary,
+        "/usr/local/bin/kube-network-policies",
+        Some("/usr/local/bin/kube-network-policies"),
+    )
+}
+
 /// The local-path-provisioner's helper Pods: Debian's static busybox with
 /// its applets linked into /bin (the provisioner runs `/bin/sh
 /// /script/setup` and `/bin/sh /script/teardown`, which call `mkdir` and

@@ -14,6 +14,8 @@
 //!   (local-path-provisioner).
 //! - [`object_store`]: an S3-compatible object store (versitygw), deployed
 //!   only on request (`kind up --object-store`).
+//! - [`network_policies`]: NetworkPolicy enforcement (kube-network-policies),
+//!   only on request (`kind up --network-policies`).
 //! - [`preflight`]: whether an engine answers and a first build can run,
 //!   for `dev`'s choice of cluster.
 
@@ -23,6 +25,7 @@ pub mod dev;
 mod docker;
 mod hash;
 pub mod images;
+pub mod network_policies;
 pub mod node_image;
 pub mod object_store;
 pub mod preflight;
@@ -173,28 +176,42 @@ pub fn ensure_object_store_image() -> Result<String, Error> {
     Ok(spec.name)
 }
 
+/// kube-network-policies' image ([`network_policies`]), built if missing.
+pub fn ensure_network_policies_image() -> Result<String, Error> {
+    let _lock = build_lock()?;
+    let spec = images::network_policies_image(tools::ensure_network_policies_tool()?);
+    spec.ensure(&cache_root())?;
+    Ok(spec.name)
+}
+
 /// Everything for a working cluster: the node image, the cluster (created
 /// unless it exists), its Pod network, the workload images loaded, the
 /// default StorageClass's provisioner deployed and Ready (on a reused
-/// cluster too), and with `opts.object_store` the object store deployed
-/// and Ready. Returns the path of a kubeconfig for it.
+/// cluster too), with `opts.network_policies` NetworkPolicies enforced, and
+/// with `opts.object_store` the object store deployed and Ready. Returns
+/// the path of a kubeconfig for it.
 pub fn up(opts: &UpOptions) -> Result<PathBuf, Error> {
     let started = Instant::now();
     let (node_image, tools) = ensure_node_image()?;
     let workload = ensure_workload_images()?;
     let storage_images = ensure_storage_images(&tools)?;
-    let object_store_images = if opts.object_store {
-        vec![ensure_object_store_image()?]
-    } else {
-        Vec::new()
-    };
+    let mut optional_images = Vec::new();
+    if opts.object_store {
+        optional_images.push(ensure_object_store_image()?);
+    }
+    if opts.network_policies {
+        optional_images.push(ensure_network_policies_image()?);
+    }
     cluster::create(&tools.kind, &node_image, opts)?;
     cluster::load(
         &tools.kind,
         &opts.name,
-        &[workload, storage_images, object_store_images].concat(),
+        &[workload, storage_images, optional_images].concat(),
     )?;
     storage::install(&opts.name)?;
+    if opts.network_policies {
+        network_policies::install(&opts.name)?;
+    }
     if opts.object_store {
         object_store::install(&opts.name)?;
     }

@@ -50,6 +50,13 @@ pub fn ensure_object_store_tool() -> Result<PathBuf, Error> {
     Ok(build_if_missing(&root, versitygw_build())?.join("versitygw"))
 }
 
+/// kube-network-policies, built if missing; like the object store's server,
+/// only a cluster asked for it pays for its build.
+pub fn ensure_network_policies_tool() -> Result<PathBuf, Error> {
+    let root = binaries::cache_root();
+    Ok(build_if_missing(&root, network_policies_build())?.join("kube-network-policies"))
+}
+
 /// Builds whatever is missing. Takes many minutes on a cold cache and shows
 /// progress on stderr.
 pub fn ensure_tools() -> Result<Tools, Error> {
@@ -179,6 +186,19 @@ fn versitygw_build() -> GoBuild {
         &["github.com/versity/versitygw/cmd/versitygw"],
     );
     b.ldflags = format!("-X main.Version=v{}", v::VERSITYGW);
+    b
+}
+
+fn network_policies_build() -> GoBuild {
+    let mut b = GoBuild::new(
+        format!("kube-network-policies-v{}", v::KUBE_NETWORK_POLICIES),
+        &require(
+            "sigs.k8s.io/kube-network-policies",
+            v::KUBE_NETWORK_POLICIES,
+        ),
+        &["sigs.k8s.io/kube-network-policies/cmd"],
+    );
+    b.output_name = Some("kube-network-policies");
     b
 }
 

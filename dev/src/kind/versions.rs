@@ -24,6 +24,10 @@ pub const LOCAL_PATH_PROVISIONER: &str = "0.0.30";
 /// object store that `kind up --object-store` deploys (its posix backend on a
 /// claim of the default StorageClass).
 pub const VERSITYGW: &str = "1.8.0";
+/// kube-network-policies (`sigs.k8s.io/kube-network-policies`, Apache-2.0),
+/// the NetworkPolicy enforcement `kind up --network-policies` deploys (stock
+/// kind runs it beside kindnet).
+pub const KUBE_NETWORK_POLICIES: &str = "0.8.0";
 
 /// Debian release of every root filesystem (node, kube-proxy, workloads).
 pub const DEBIAN_SUITE: &str = "bookworm";
@@ -67,6 +71,10 @@ pub fn local_path_helper_image() -> String {
 
 /// The object store's image (versitygw alone). Built and loaded with `kind
 /// load` only when a cluster is asked for the object store.
+pub fn network_policies_image() -> String {
+    format!("{CLUSTER_IMAGE_REPOSITORY}/kube-network-policies:v{KUBE_NETWORK_POLICIES}")
+}
+
 pub fn versitygw_image() -> String {
     format!("{CLUSTER_IMAGE_REPOSITORY}/versitygw:v{VERSITYGW}")
 }
