@@ -245,14 +245,17 @@ pub fn versitygw_image(binary: PathBuf) -> ImageSpec {
     spec
 }
 
-/// kube-network-policies on its own (static, CGO off).
+/// kube-router on Debian's iptables and ipset, which it runs.
 pub fn network_policies_image(binary: PathBuf) -> ImageSpec {
-    scratch_binary(
-        v::network_policies_image(),
-        binary,
-        "/usr/local/bin/kube-network-policies",
-        Some("/usr/local/bin/kube-network-policies"),
-    )
+    ImageSpec {
+        name: v::network_policies_image(),
+        base: Base::Rootfs(rootfs::NETWORK_POLICIES),
+        files: vec![(binary, "/usr/local/bin/kube-router".into())],
+        config: vec![
+            PATH_ENV.into(),
+            "ENTRYPOINT [\"/usr/local/bin/kube-router\"]".into(),
+        ],
+    }
 }
 
 /// The local-path-provisioner's helper Pods: Debian's static busybox with

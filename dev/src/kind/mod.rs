@@ -14,7 +14,7 @@
 //!   (local-path-provisioner).
 //! - [`object_store`]: an S3-compatible object store (versitygw), deployed
 //!   only on request (`kind up --object-store`).
-//! - [`network_policies`]: NetworkPolicy enforcement (kube-network-policies),
+//! - [`network_policies`]: NetworkPolicy enforcement (kube-router, firewall only),
 //!   only on request (`kind up --network-policies`).
 //! - [`preflight`]: whether an engine answers and a first build can run,
 //!   for `dev`'s choice of cluster.
@@ -176,7 +176,7 @@ pub fn ensure_object_store_image() -> Result<String, Error> {
     Ok(spec.name)
 }
 
-/// kube-network-policies' image ([`network_policies`]), built if missing.
+/// kube-router's image ([`network_policies`]), built if missing.
 pub fn ensure_network_policies_image() -> Result<String, Error> {
     let _lock = build_lock()?;
     let spec = images::network_policies_image(tools::ensure_network_policies_tool()?);

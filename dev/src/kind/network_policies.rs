@@ -1,10 +1,10 @@
 //! NetworkPolicy enforcement in a kind cluster, on request (`kind up
-//! --network-policies`): kube-network-policies (built from its Go module,
-//! [`super::tools::ensure_network_policies_tool`]; its image,
+//! --network-policies`): kube-router as a firewall only (built from its Go
+//! module, [`super::tools::ensure_network_policies_tool`]; its image,
 //! [`super::images::network_policies_image`]), one Pod per node on the host
 //! network, deployed from our own manifest (`network_policies/daemonset.yaml`).
 //! Our Pod network (ptp) routes every Pod's traffic through its node's
-//! netfilter, where it filters the Pods' new connections.
+//! netfilter, where kube-router's iptables rules and ipsets filter it.
 //!
 //! [`install`] is idempotent (server-side apply); it waits until every
 //! node runs it.
@@ -25,8 +25,8 @@ fn manifest(image: &str) -> String {
 /// Deploys it into cluster `name` and waits until every node runs it.
 pub fn install(name: &str) -> Result<(), Error> {
     super::progress(&format!(
-        "NetworkPolicies enforced by kube-network-policies v{} on every node",
-        v::KUBE_NETWORK_POLICIES
+        "NetworkPolicies enforced by kube-router v{} (firewall only) on every node",
+        v::KUBE_ROUTER
     ));
     cluster::control_plane_kubectl_input(
         name,

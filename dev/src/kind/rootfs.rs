@@ -144,6 +144,13 @@ pub const KUBE_PROXY: Rootfs = Rootfs {
     post: ":",
 };
 
+/// kube-router's image (NetworkPolicies): iptables and ipset, which it runs.
+pub const NETWORK_POLICIES: Rootfs = Rootfs {
+    name: "network-policies",
+    packages: &["iptables", "ipset"],
+    post: ":",
+};
+
 /// Debian's redis-server (and redis-cli), and its redis-sentinel for the
 /// Sentinel anchor of `bench-redis` (it installs in debootstrap's chroot as
 /// redis-server does, starting nothing there; the anchor's Pods run

@@ -50,11 +50,11 @@ pub fn ensure_object_store_tool() -> Result<PathBuf, Error> {
     Ok(build_if_missing(&root, versitygw_build())?.join("versitygw"))
 }
 
-/// kube-network-policies, built if missing; like the object store's server,
-/// only a cluster asked for it pays for its build.
+/// kube-router, built if missing; like the object store's server, only a
+/// cluster asked for NetworkPolicies pays for its build.
 pub fn ensure_network_policies_tool() -> Result<PathBuf, Error> {
     let root = binaries::cache_root();
-    Ok(build_if_missing(&root, network_policies_build())?.join("kube-network-policies"))
+    Ok(build_if_missing(&root, network_policies_build())?.join("kube-router"))
 }
 
 /// Builds whatever is missing. Takes many minutes on a cold cache and shows
@@ -190,16 +190,11 @@ fn versitygw_build() -> GoBuild {
 }
 
 fn network_policies_build() -> GoBuild {
-    let mut b = GoBuild::new(
-        format!("kube-network-policies-v{}", v::KUBE_NETWORK_POLICIES),
-        &require(
-            "sigs.k8s.io/kube-network-policies",
-            v::KUBE_NETWORK_POLICIES,
-        ),
-        &["sigs.k8s.io/kube-network-policies/cmd"],
-    );
-    b.output_name = Some("kube-network-policies");
-    b
+    GoBuild::new(
+        format!("kube-router-v{}", v::KUBE_ROUTER),
+        &require("github.com/cloudnativelabs/kube-router/v2", v::KUBE_ROUTER),
+        &["github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"],
+    )
 }
 
 /// Our pause: a one-file module written next to the cache's other sources.

@@ -24,10 +24,13 @@ pub const LOCAL_PATH_PROVISIONER: &str = "0.0.30";
 /// object store that `kind up --object-store` deploys (its posix backend on a
 /// claim of the default StorageClass).
 pub const VERSITYGW: &str = "1.8.0";
-/// kube-network-policies (`sigs.k8s.io/kube-network-policies`, Apache-2.0),
-/// the NetworkPolicy enforcement `kind up --network-policies` deploys (stock
-/// kind runs it beside kindnet).
-pub const KUBE_NETWORK_POLICIES: &str = "0.8.0";
+/// kube-router (`github.com/cloudnativelabs/kube-router/v2`, Apache-2.0),
+/// run as a NetworkPolicy firewall only, which `kind up --network-policies`
+/// deploys. (Stock kind's kube-network-policies needs the kernel's nftables
+/// queue expression, `CONFIG_NFT_QUEUE`, which this machine's kernel lacks;
+/// kube-router filters with iptables and ipset.) Test clusters only: the
+/// Go proxy here flags reported security flaws in this version.
+pub const KUBE_ROUTER: &str = "2.1.0";
 
 /// Debian release of every root filesystem (node, kube-proxy, workloads).
 pub const DEBIAN_SUITE: &str = "bookworm";
@@ -72,7 +75,7 @@ pub fn local_path_helper_image() -> String {
 /// The object store's image (versitygw alone). Built and loaded with `kind
 /// load` only when a cluster is asked for the object store.
 pub fn network_policies_image() -> String {
-    format!("{CLUSTER_IMAGE_REPOSITORY}/kube-network-policies:v{KUBE_NETWORK_POLICIES}")
+    format!("{CLUSTER_IMAGE_REPOSITORY}/kube-router:v{KUBE_ROUTER}")
 }
 
 pub fn versitygw_image() -> String {
