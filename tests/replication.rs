@@ -2297,6 +2297,21 @@ async fn answer(conn: &redis::aio::MultiplexedConnection, args: &[&str]) -> Resu
     }
 }
 
+/// Cuts the replicas' links on `primary` (over `conn`, a connection to it
+/// that may) and waits until every replica has linked again (logging in to
+/// it afresh), the primary unchanged.
+async fn relinked(set: &mut Set, conn: &redis::aio::MultiplexedConnection, primary: &str) {
+    answer(conn, &["CLIENT", "KILL", "TYPE", "replica"])
+        .await
+        .unwrap();
+    let round = set
+        .until("replicated again", |r| {
+            r.plan.replicated && r.plan.actions.is_empty()
+        })
+        .await;
+    assert_eq!(round.plan.primary.as_deref(), Some(primary));
+}
+
 /// podkeeper's own passwords as the members were started with them.
 fn own() -> Own {
     Own {
@@ -2507,15 +2522,7 @@ async fn members_of_an_older_podkeeper_are_moved_to_the_replication_user_without
     });
     set.round().await;
     // The replicas reconnect (their links cut), now as `replication`.
-    answer(&p, &["CLIENT", "KILL", "TYPE", "replica"])
-        .await
-        .unwrap();
-    let round = set
-        .until("replicated again", |r| {
-            r.plan.replicated && r.plan.actions.is_empty()
-        })
-        .await;
-    assert_eq!(round.plan.primary.as_deref(), Some(primary.as_str()));
+    relinked(&mut set, &p, &primary).await;
     for s in &set.servers {
         let op = login_as(s, config::OPERATOR_USER, OPERATOR_PASSWORD)
             .await
@@ -2617,15 +2624,7 @@ async fn podkeepers_own_passwords_go_beside_the_old_then_alone_and_replication_l
     let p = login_as(set.server(&primary), "default", "none")
         .await
         .unwrap();
-    answer(&p, &["CLIENT", "KILL", "TYPE", "replica"])
-        .await
-        .unwrap();
-    let round = set
-        .until("replicated again", |r| {
-            r.plan.replicated && r.plan.actions.is_empty()
-        })
-        .await;
-    assert_eq!(round.plan.primary.as_deref(), Some(primary.as_str()));
+    relinked(&mut set, &p, &primary).await;
     let info = {
         let mut conn = p.clone();
         redis::cmd("INFO")

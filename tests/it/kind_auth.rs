@@ -18,7 +18,7 @@ use podkeeper_dev::kind::versions::REDIS_IMAGE;
 use serde_json::json;
 
 use crate::harness::{TestEnv, wait_for};
-use crate::kind_under_writes::{assert_nothing_lost, session};
+use crate::kind_under_writes::{assert_nothing_lost, session, three_members};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -354,14 +354,7 @@ async fn podkeepers_own_passwords_rotate_under_writes_and_the_old_ones_end_refus
     let env = TestEnv::new("kind-rotate").await;
     let s = session(&env).await;
     let name = "rotate";
-    s.create_redis_spec(
-        name,
-        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE}),
-    )
-    .await
-    .unwrap();
-    s.settled(name, 3, TIMEOUT).await.unwrap();
-    let host = s.cluster_ip(name).await.unwrap();
+    let host = three_members(&s, name).await;
     s.start_writer(&host, 6379, 1).await.unwrap();
     s.writes_accepted(300).await.unwrap();
     let watch = InvariantWatch::start(&s, name);

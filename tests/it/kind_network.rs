@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::harness::{TestEnv, wait_for};
 use crate::kind_auth::{fail_over, members};
-use crate::kind_under_writes::{assert_nothing_lost, session};
+use crate::kind_under_writes::{assert_nothing_lost, session, three_members};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -50,14 +50,7 @@ async fn only_the_named_clients_reach_the_members_and_the_operator_and_replicati
     let (ok, _, err) = s.kubectl(&["label", "pod", CLIENT, "role=writer"]);
     assert!(ok, "{err}");
     s.add_client(STRANGER, REDIS_IMAGE, None).await.unwrap();
-    s.create_redis_spec(
-        name,
-        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE}),
-    )
-    .await
-    .unwrap();
-    s.settled(name, 3, TIMEOUT).await.unwrap();
-    let host = s.cluster_ip(name).await.unwrap();
+    let host = three_members(&s, name).await;
     // Without a policy the stranger reaches every member: what is refused
     // below is the policy's doing.
     wait_for(

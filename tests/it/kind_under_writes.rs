@@ -17,6 +17,7 @@ use podkeeper_dev::bench::redis::{self as bench, writer};
 use podkeeper_dev::kind::versions::{REDIS_IMAGE, REDIS_ROLLOUT_IMAGES};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use serde_json::json;
 
 use crate::harness::{TestEnv, cluster, hold_deployed_operator};
 
@@ -33,6 +34,19 @@ pub(crate) async fn session(env: &TestEnv) -> Session {
     )
     .await
     .expect("the client Pod")
+}
+
+/// A Redis `name` of 3 members on port 6379, settled; its Service's
+/// address.
+pub(crate) async fn three_members(s: &Session, name: &str) -> String {
+    s.create_redis_spec(
+        name,
+        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE}),
+    )
+    .await
+    .unwrap();
+    s.settled(name, 3, Duration::from_secs(300)).await.unwrap();
+    s.cluster_ip(name).await.unwrap()
 }
 
 /// The outcome every test under writes asserts: writes were acknowledged,

@@ -443,6 +443,24 @@ pub fn control_plane_kubectl_input(
     docker::output_with_input(&all, input)
 }
 
+/// Server-side applies `manifest` in cluster `name` as podkeeper-dev
+/// (taking over fields another manager set): idempotent, and a Secret's
+/// data is not copied into an annotation.
+pub fn apply(name: &str, manifest: &str) -> Result<String, Error> {
+    control_plane_kubectl_input(
+        name,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=podkeeper-dev",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        manifest,
+    )
+}
+
 /// Writes each node's CNI configuration and routes (idempotent), once all
 /// `expected` nodes have a Pod CIDR.
 fn network(name: &str, expected: usize) -> Result<(), Error> {

@@ -28,18 +28,7 @@ pub fn install(name: &str) -> Result<(), Error> {
         "NetworkPolicies enforced by kube-router v{} (firewall only) on every node",
         v::KUBE_ROUTER
     ));
-    cluster::control_plane_kubectl_input(
-        name,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=podkeeper-dev",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ],
-        &manifest(&v::network_policies_image()),
-    )?;
+    cluster::apply(name, &manifest(&v::network_policies_image()))?;
     cluster::control_plane_kubectl(
         name,
         &[

@@ -176,18 +176,7 @@ pub fn install(name: &str) -> Result<(), Error> {
         v::VERSITYGW,
         endpoint()
     ));
-    cluster::control_plane_kubectl_input(
-        name,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=podkeeper-dev",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ],
-        &manifests(&image, &image_id, &credentials),
-    )?;
+    cluster::apply(name, &manifests(&image, &image_id, &credentials))?;
     super::progress("waiting for the object store to be Ready");
     let rollout = cluster::control_plane_kubectl(
         name,
