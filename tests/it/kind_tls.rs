@@ -4,8 +4,9 @@
 //! is taken up by every member without a restart, plaintext is off, a
 //! failover happens over TLS; and a running plaintext Redis moves to TLS
 //! only (TLS beside plaintext, then plaintext off), its replication onto
-//! TLS, with writers on both. Writes refused during each change are
-//! counted; acknowledged writes lost: none.
+//! TLS, with writers on both, and back (plaintext on again, then TLS
+//! removed). Writes refused during each change are counted; acknowledged
+//! writes lost: none.
 
 use std::time::Duration;
 
@@ -208,7 +209,7 @@ async fn a_redis_over_tls_only_takes_a_renewed_certificate_up_under_writes_witho
 }
 
 #[tokio::test]
-async fn a_running_redis_moves_to_tls_only_under_writes_and_loses_no_write() {
+async fn a_running_redis_moves_to_tls_only_and_back_under_writes_and_loses_no_write() {
     let env = TestEnv::new("kind-tls-move").await;
     let s = session(&env).await;
     let name = "moving";
@@ -312,9 +313,58 @@ async fn a_running_redis_moves_to_tls_only_under_writes_and_loses_no_write() {
         );
     }
 
+    // And back. Step three: plaintext on again beside TLS (the members
+    // roll; replication goes back onto plaintext member by member); the
+    // TLS client writes on, then a plaintext client starts beside it and
+    // the TLS one stops.
+    let step_three = now();
+    s.patch_redis(name, json!({"tls": {"plaintext": true}}))
+        .await
+        .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    s.writes_accepted_in(TLS_CLIENT, 100).await.unwrap();
+    let step_three_done = now();
+    eprintln!(
+        "TLS writes refused while plaintext was turned on again ({:.0} s): {:?}",
+        step_three_done - step_three,
+        refused(&s, TLS_CLIENT, step_three, step_three_done)
+    );
+    s.start_writer_in(CLIENT, "p", &host, 6379, 1)
+        .await
+        .unwrap();
+    s.writes_accepted_in(CLIENT, 200).await.unwrap();
+    let plain_watch = InvariantWatch::start(&s, name);
     let w = bench::wind_up_on(&s, TLS_CLIENT, "t", &host, TLS_PORT, tls_watch)
         .await
         .unwrap();
     eprintln!("TLS writer: {w:?}");
+    assert_nothing_lost(&w);
+
+    // Step four: TLS removed. The members roll once more; the plaintext
+    // client writes on, and the Service serves plaintext only.
+    let step_four = now();
+    s.patch_redis(name, json!({"tls": null})).await.unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    s.writes_accepted_in(CLIENT, 100).await.unwrap();
+    let step_four_done = now();
+    eprintln!(
+        "plaintext writes refused while TLS was removed ({:.0} s): {:?}",
+        step_four_done - step_four,
+        refused(&s, CLIENT, step_four, step_four_done)
+    );
+    let service = env.api::<Service>().get(name).await.unwrap();
+    let ports: Vec<i32> = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [6379]);
+    let w = bench::wind_up_on(&s, CLIENT, "p", &host, 6379, plain_watch)
+        .await
+        .unwrap();
+    eprintln!("plaintext writer, back: {w:?}");
     assert_nothing_lost(&w);
 }
