@@ -594,6 +594,28 @@ async fn a_change_of_podkeepers_own_passwords_rolls_the_members_and_is_made_acti
         "test policy refuses a change of active-password",
     )
     .await;
+    let probe: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "probe"}, "stringData": {"active-password": "a"}
+    }))
+    .unwrap();
+    let probe = secrets
+        .create(&PostParams::default(), &probe)
+        .await
+        .unwrap();
+    wait_for("the policy in force", TIMEOUT, || async {
+        let mut changing = probe.clone();
+        changing.string_data = Some([("active-password".to_string(), "b".to_string())].into());
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        matches!(
+            secrets.replace("probe", &dry, &changing).await,
+            Err(kube::Error::Api(_))
+        )
+        .then_some(())
+    })
+    .await;
     let (new_op, new_repl) = ("N3wOperatorPassw0rd", "N3wReplicationPassw0rd");
     secrets
         .patch(
@@ -706,6 +728,105 @@ async fn a_users_secret_that_cannot_be_read_is_a_condition_until_it_can() {
     wait_for("CredentialsCurrent", TIMEOUT, || async {
         let r = redis.get("users").await.ok()?;
         (condition(&r, "CredentialsCurrent")?.0 == "True").then_some(())
+    })
+    .await;
+    op.assert_running();
+}
+
+/// A `<name>-podkeeper` Secret as an older podkeeper left it (no
+/// replication key, no active keys), whose update the API server refuses:
+/// the Redis says why, and once updates are allowed the keys are added,
+/// the operator's password kept.
+#[tokio::test]
+async fn keys_an_older_operator_secret_lacks_are_added_once_its_update_is_allowed() {
+    let env = TestEnv::new("redis-old-secret").await;
+    let mut op = env.start_operator();
+    create(&env, "old", json!({"replicas": 1})).await.unwrap();
+    let secrets = env.api::<Secret>();
+    let own = wait_for("the operator's Secret", TIMEOUT, || async {
+        secrets.get_opt("old-podkeeper").await.ok().flatten()
+    })
+    .await;
+    let probe: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "probe"}, "stringData": {"other": "x"}
+    }))
+    .unwrap();
+    let probe = secrets
+        .create(&PostParams::default(), &probe)
+        .await
+        .unwrap();
+    // Refuses any update that adds `replication` to a Secret without it.
+    let policy = crate::transients::Policy::refuse_on(
+        &env,
+        "secrets",
+        &["UPDATE"],
+        "!has(object.data) || !('replication' in object.data) \
+         || (has(oldObject.data) && 'replication' in oldObject.data)",
+        "test policy refuses adding the replication key",
+    )
+    .await;
+    wait_for("the policy in force", TIMEOUT, || async {
+        let mut adding = probe.clone();
+        adding.string_data = Some([("replication".to_string(), "x".to_string())].into());
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        matches!(
+            secrets.replace("probe", &dry, &adding).await,
+            Err(kube::Error::Api(_))
+        )
+        .then_some(())
+    })
+    .await;
+    let mut old = own.clone();
+    for key in ["replication", "active-password", "active-replication"] {
+        old.data.as_mut().unwrap().remove(key);
+    }
+    secrets
+        .replace("old-podkeeper", &PostParams::default(), &old)
+        .await
+        .unwrap();
+    let redis = env.api::<Redis>();
+    let message = wait_for("the refused update reported", TIMEOUT, || async {
+        let r = redis.get("old").await.ok()?;
+        let (status, reason, message) = condition(&r, "Replicated")?;
+        (status == "False" && reason == "AuthSecretUnreadable").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("cannot add keys to Secret old-podkeeper")
+            && message.contains("test policy refuses"),
+        "{message}"
+    );
+    let s = secrets.get("old-podkeeper").await.unwrap();
+    assert!(!s.data.as_ref().unwrap().contains_key("replication"));
+
+    policy.remove().await;
+    let upgraded = wait_for("the keys added", TIMEOUT, || async {
+        let s = secrets.get("old-podkeeper").await.ok()?;
+        let data = s.data.as_ref()?;
+        ["replication", "active-password", "active-replication"]
+            .iter()
+            .all(|k| data.contains_key(*k))
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(
+        secret_value(&upgraded, "password"),
+        secret_value(&own, "password")
+    );
+    assert_eq!(
+        secret_value(&upgraded, "active-password"),
+        secret_value(&own, "password")
+    );
+    assert_eq!(
+        secret_value(&upgraded, "active-replication"),
+        secret_value(&upgraded, "replication")
+    );
+    wait_for("the Secret read again", TIMEOUT, || async {
+        let r = redis.get("old").await.ok()?;
+        (condition(&r, "Replicated")?.1 != "AuthSecretUnreadable").then_some(())
     })
     .await;
     op.assert_running();
