@@ -437,3 +437,80 @@ async fn podkeepers_own_passwords_rotate_under_writes_and_the_old_ones_end_refus
     eprintln!("{w:?}");
     assert_nothing_lost(&w);
 }
+
+/// `spec.auth` added to a running Redis, then removed, while a client
+/// writes: the client sends the password from the start (any password
+/// logs in while `default` needs none), so it writes on throughout. Added,
+/// every member asks for the password at once (a wrong one refused), and
+/// the rollout the template change brings follows; removed, every member
+/// takes any login again at once, and the next rollout follows.
+/// Acknowledged writes lost: 0.
+#[tokio::test]
+async fn spec_auth_added_to_a_running_redis_and_removed_again_under_writes_loses_no_write() {
+    let env = TestEnv::new("kind-auth-toggle").await;
+    let s = session(&env).await;
+    let name = "toggle";
+    let secrets: Api<Secret> = env.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "toggle-auth"},
+        "stringData": {"password": "s3cret-pw"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let host = three_members(&s, name).await;
+    s.sh(
+        CLIENT,
+        &format!(
+            "printf %s s3cret-pw > {f}.new && mv {f}.new {f}",
+            f = writer::PASSWORD_FILE
+        ),
+    )
+    .unwrap();
+    s.start_writer(&host, 6379, 1).await.unwrap();
+    s.writes_accepted(300).await.unwrap();
+    let watch = InvariantWatch::start(&s, name);
+
+    let adding = session::now();
+    s.patch_redis(name, json!({"auth": {"secretName": "toggle-auth"}}))
+        .await
+        .unwrap();
+    wait_for("every member asking for the password", TIMEOUT, || async {
+        let now = members(&env, name).await;
+        now.values()
+            .all(|(_, ip, _)| {
+                login(&s, ip, "wrong-pw") != "PONG" && login(&s, ip, "s3cret-pw") == "PONG"
+            })
+            .then_some(())
+    })
+    .await;
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    s.writes_accepted(100).await.unwrap();
+    let added = session::now();
+
+    let removing = session::now();
+    s.patch_redis(name, json!({"auth": null})).await.unwrap();
+    wait_for("every member taking any login", TIMEOUT, || async {
+        let now = members(&env, name).await;
+        now.values()
+            .all(|(_, ip, _)| login(&s, ip, "wrong-pw") == "PONG")
+            .then_some(())
+    })
+    .await;
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    s.writes_accepted(100).await.unwrap();
+    let removed = session::now();
+    let (attempts, _) = s.writes().unwrap();
+    eprintln!(
+        "writes refused while spec.auth was added ({:.0} s): {:?}; removed ({:.0} s): {:?}",
+        added - adding,
+        writer::refusals(&attempts, adding, added),
+        removed - removing,
+        writer::refusals(&attempts, removing, removed)
+    );
+    let w = bench::wind_up(&s, &host, watch).await.unwrap();
+    eprintln!("{w:?}");
+    assert_nothing_lost(&w);
+}
