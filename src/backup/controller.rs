@@ -45,6 +45,9 @@ pub struct BackupCtx {
     pub recorder: Arc<EventRecorder>,
     /// The tries running in this process, by backup uid.
     running: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// The try whose outcome this process wrote last, by backup uid (see
+    /// [`stale`]).
+    recorded: Mutex<HashMap<String, i32>>,
 }
 
 impl BackupCtx {
@@ -53,7 +56,23 @@ impl BackupCtx {
             client,
             recorder,
             running: Mutex::new(HashMap::new()),
+            recorded: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Try `attempt`'s outcome of backup `uid` is written.
+    fn recorded(&self, uid: &str, attempt: i32) {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        recorded.insert(uid.to_string(), attempt);
+    }
+
+    fn last_recorded(&self, uid: &str, finished: bool) -> Option<i32> {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        if finished {
+            recorded.remove(uid);
+            return None;
+        }
+        recorded.get(uid).copied()
     }
 
     fn is_running(&self, uid: &str) -> bool {
@@ -61,6 +80,17 @@ impl BackupCtx {
         running.retain(|_, h| !h.is_finished());
         running.contains_key(uid)
     }
+}
+
+/// Whether `status` (from the cache) is older than the outcome of try
+/// `recorded` this process wrote: it shows that try still `Running`, or an
+/// earlier one. Taken as it is, the try would look like one the operator
+/// stopped in, and be made again over its outcome. Pure.
+fn stale(status: &RedisBackupStatus, recorded: Option<i32>) -> bool {
+    recorded.is_some_and(|n| {
+        status.attempts < n
+            || (status.attempts == n && status.phase.as_deref() == Some(phase::RUNNING))
+    })
 }
 
 /// The wait before try `attempt + 1` after `attempt` failed: 10 s,
@@ -264,14 +294,20 @@ async fn plan(b: &RedisBackup, client: &Client) -> Result<Plan, String> {
 }
 
 pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Action, Error> {
+    let uid = b.uid().unwrap_or_default();
+    let recorded = ctx.last_recorded(&uid, b.finished());
     if b.finished() {
         return Ok(Action::await_change());
     }
-    let uid = b.uid().unwrap_or_default();
     if ctx.is_running(&uid) {
         return Ok(Action::requeue(Duration::from_secs(60)));
     }
     let mut status = b.status.clone().unwrap_or_default();
+    // The cache has not caught up with the last outcome written: look
+    // again once it has.
+    if stale(&status, recorded) {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if status.phase.as_deref() == Some(phase::RUNNING) {
         // A try this process did not start: the operator stopped in it.
         // Its upload was never completed, so nothing is in the bucket.
@@ -333,6 +369,7 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                     status.redis_version = snap.redis_version.clone();
                     info!(backup = %b.name_any(), size = snap.size, "backup completed");
                     record(&ctx.client, &b, &status).await;
+                    ctx.recorded(&uid_of(&b), status.attempts);
                     ctx.recorder
                         .publish(
                             &b.object_ref(&()),
@@ -364,6 +401,7 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
                 Err(super::CopyError::Failed(why)) => {
                     let last = failed(&mut status, &why);
                     record(&ctx.client, &b, &status).await;
+                    ctx.recorded(&uid_of(&b), status.attempts);
                     publish_failure(&ctx, &b, &status, last, &why).await;
                 }
             }
@@ -374,6 +412,10 @@ pub async fn reconcile(b: Arc<RedisBackup>, ctx: Arc<BackupCtx>) -> Result<Actio
         .unwrap_or_else(|e| e.into_inner())
         .insert(uid, task);
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+fn uid_of(b: &RedisBackup) -> String {
+    b.uid().unwrap_or_default()
 }
 
 /// Whether backup `b` is still wanted as its try ends: not when it was
@@ -467,6 +509,7 @@ async fn fail_try(
 ) -> Result<Action, Error> {
     let last = failed(&mut status, &why);
     patch_status(&ctx.client, b, &status).await?;
+    ctx.recorded(&uid_of(b), status.attempts);
     publish_failure(ctx, b, &status, last, &why).await;
     Ok(if last {
         Action::await_change()
@@ -496,6 +539,25 @@ mod tests {
             "status": {"members": members, "primary": {"pod": "r-p", "runId": "x", "term": 1}}
         }))
         .unwrap()
+    }
+
+    /// A cached status older than the outcome this process wrote (the
+    /// try still Running, or an earlier try) is not acted on: it would be
+    /// taken for a try the operator stopped in, and one try too many made
+    /// (seen on kind: 6 tries of 5).
+    #[test]
+    fn a_cached_status_behind_the_outcome_written_is_waited_out() {
+        let at = |attempts: i32, phase: &str| RedisBackupStatus {
+            attempts,
+            phase: Some(phase.into()),
+            ..RedisBackupStatus::default()
+        };
+        assert!(stale(&at(5, phase::RUNNING), Some(5)));
+        assert!(stale(&at(4, phase::PENDING), Some(5)));
+        assert!(!stale(&at(5, phase::FAILED), Some(5)));
+        assert!(!stale(&at(3, phase::PENDING), Some(3)));
+        // Nothing written by this process (a new leader): taken as it is.
+        assert!(!stale(&at(5, phase::RUNNING), None));
     }
 
     #[test]
