@@ -26,6 +26,19 @@ use crate::kind_under_writes::{assert_nothing_lost, session};
 const TIMEOUT: Duration = Duration::from_secs(300);
 const TLS_PORT: u16 = 6380;
 
+/// The ports Service `name` serves.
+async fn service_ports(env: &TestEnv, name: &str) -> Vec<i32> {
+    let service = env.api::<Service>().get(name).await.unwrap();
+    service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect()
+}
+
 /// Gives the client Pod `pod` the Redis's CA and name: its writer and
 /// read-back go over TLS from then on, verifying the members.
 async fn trust(s: &Session, env: &TestEnv, pod: &str, redis: &str, secret: &str) {
@@ -264,16 +277,7 @@ async fn a_running_redis_moves_to_tls_only_and_back_under_writes_and_loses_no_wr
         step_two_done - step_two,
         refused(&s, TLS_CLIENT, step_two, step_two_done)
     );
-    let service = env.api::<Service>().get(name).await.unwrap();
-    let ports: Vec<i32> = service
-        .spec
-        .unwrap()
-        .ports
-        .unwrap()
-        .iter()
-        .map(|p| p.port)
-        .collect();
-    assert_eq!(ports, [i32::from(TLS_PORT)]);
+    assert_eq!(service_ports(&env, name).await, [i32::from(TLS_PORT)]);
     // Every replica follows its primary on the TLS port.
     let operator = env
         .api::<Secret>()
@@ -352,16 +356,7 @@ async fn a_running_redis_moves_to_tls_only_and_back_under_writes_and_loses_no_wr
         step_four_done - step_four,
         refused(&s, CLIENT, step_four, step_four_done)
     );
-    let service = env.api::<Service>().get(name).await.unwrap();
-    let ports: Vec<i32> = service
-        .spec
-        .unwrap()
-        .ports
-        .unwrap()
-        .iter()
-        .map(|p| p.port)
-        .collect();
-    assert_eq!(ports, [6379]);
+    assert_eq!(service_ports(&env, name).await, [6379]);
     let w = bench::wind_up_on(&s, CLIENT, "p", &host, 6379, plain_watch)
         .await
         .unwrap();
