@@ -1,6 +1,8 @@
 //! Prometheus metrics, named as controller-runtime names them so that
 //! existing dashboards work unchanged. Every label takes values from a fixed
 //! set (controller names, results, operations), so cardinality is bounded.
+//! The Redis metrics (per member and per Redis) are
+//! [`crate::redis::metrics`], a collector registered here.
 
 use std::sync::Arc;
 
@@ -9,6 +11,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::redis::metrics::RedisMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
@@ -42,6 +46,8 @@ pub struct Metrics {
     pods_created: Family<ControllerLabel, Counter>,
     pods_deleted: Family<ControllerLabel, Counter>,
     pod_failures: Family<OperationLabels, Counter>,
+    /// What the Redis controller reads of its members and rounds.
+    pub redis: Arc<RedisMetrics>,
 }
 
 impl Default for Metrics {
@@ -83,8 +89,11 @@ impl Default for Metrics {
                 pod_failures.clone(),
             );
         }
+        let redis = Arc::new(RedisMetrics::default());
+        registry.register_collector(Box::new(redis.clone()));
         Metrics {
             registry,
+            redis,
             reconcile_total,
             reconcile_errors,
             reconcile_time,

@@ -29,6 +29,7 @@ use crate::podset::{Context, ObservedPod};
 use crate::redis::auth;
 use crate::redis::pod::MemberPorts;
 use crate::redis::replication::acl::{Own, Users};
+use crate::redis::metrics::RoundSeen;
 use crate::redis::replication::act::{self, Memory, PodRef};
 use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
@@ -526,6 +527,33 @@ fn settings(redis: &Redis) -> Settings {
     }
 }
 
+/// What the metrics count of a round: whether the recorded primary
+/// answered as a writable primary, and what was done.
+fn round_seen(round: &act::Round) -> RoundSeen {
+    let primary = round.primary.as_ref().map(|p| p.pod.as_str());
+    RoundSeen {
+        writable: round.members.iter().any(|m| {
+            Some(m.pod.as_str()) == primary
+                && m.info().is_some_and(|i| {
+                    i.role == crate::redis::replication::info::Role::Primary
+                        && !i.failover_in_progress()
+                })
+        }),
+        promoted: round
+            .outcome
+            .done
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. }))
+            .then_some(round.plan.cause)
+            .flatten(),
+        switched: round
+            .outcome
+            .done
+            .iter()
+            .any(|a| matches!(a, Action::Switchover { .. })),
+    }
+}
+
 fn cause_text(cause: Cause) -> &'static str {
     match cause {
         Cause::NoRecord => "no primary was recorded",
@@ -867,6 +895,13 @@ impl Extras<Redis> for ReplicationExtras {
                     .await;
             }
         }
+        ctx.executor.metrics.redis.round(
+            &owner.reference.uid,
+            &owner.namespace,
+            &owner.name,
+            &silence,
+            round_seen(&round),
+        );
         if let Some(e) = &round.outcome.error {
             tracing::warn!(error = %e, "replication command failed");
         }
@@ -1025,6 +1060,7 @@ impl Extras<Redis> for ReplicationExtras {
         let gone = cleanup_services(&ctx.client, &ctx.executor.recorder, owner, &live).await?;
         if gone {
             self.forget(&owner.reference.uid);
+            ctx.executor.metrics.redis.forget(&owner.reference.uid);
         }
         Ok(gone)
     }

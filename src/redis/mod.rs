@@ -9,6 +9,7 @@ pub mod certs;
 pub mod credentials;
 pub mod disruption;
 pub mod hooks;
+pub mod metrics;
 pub mod network;
 pub mod pod;
 pub mod replication;

@@ -740,6 +740,7 @@ mod tests {
             master_replid: "h".into(),
             failover_state: "no-failover".into(),
             connected_replicas: vec![],
+            vitals: Default::default(),
         }
     }
 

@@ -396,23 +396,31 @@ impl Node {
             .await
     }
 
-    /// `INFO server` and `INFO replication` in one round trip, parsed.
+    /// `INFO server`, `replication`, and the sections the metrics read
+    /// (`memory`, `clients`, `stats`, `keyspace`) in one round trip, parsed.
+    /// One section per command: Redis before 7 takes one section name.
     pub async fn replication_info(&self) -> Result<ReplicationInfo, ClientError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        pipe.cmd("INFO")
-            .arg("server")
-            .cmd("INFO")
-            .arg("replication");
-        let (server, replication): (String, String) = self
+        for section in ["server", "replication"].iter().chain(info::VITALS) {
+            pipe.cmd("INFO").arg(*section);
+        }
+        let mut answers: Vec<String> = self
             .run("INFO", self.timeouts.deadline, pipe.query_async(&mut conn))
             .await?;
         let bad = |source| ClientError::Info {
             addr: self.addr.clone(),
             source,
         };
-        let run_id = info::parse_run_id(&server).map_err(bad)?;
-        info::parse_replication(&replication, run_id).map_err(bad)
+        if answers.len() < 2 {
+            return Err(bad(info::InfoError::Missing("replication")));
+        }
+        let vitals = info::parse_vitals(&answers.split_off(2).join("\r\n"));
+        let run_id = info::parse_run_id(&answers[0]).map_err(bad)?;
+        Ok(ReplicationInfo {
+            vitals,
+            ..info::parse_replication(&answers[1], run_id).map_err(bad)?
+        })
     }
 
     /// `REPLICAOF host port`: become a replica of `host:port` (the dataset
@@ -846,11 +854,11 @@ pub(crate) mod tests {
     pub(crate) fn primary_info_reply() -> String {
         let server = "# Server\r\nrun_id:abc\r\n";
         let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:x\r\nmaster_repl_offset:0\r\n";
-        format!(
-            "${}\r\n{server}\r\n${}\r\n{repl}\r\n",
-            server.len(),
-            repl.len()
-        )
+        let mut reply = String::new();
+        for section in [server, repl, "# Memory\r\n", "# Clients\r\n", "# Stats\r\n", "# Keyspace\r\n"] {
+            reply.push_str(&format!("${}\r\n{section}\r\n", section.len()));
+        }
+        reply
     }
 
     /// A fake server on loopback: `serve` runs for every connection it

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use crate::redis::replication::error::InfoError;
+pub use crate::redis::replication::error::InfoError;
 
 /// What a server says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +83,39 @@ pub struct ReplicationInfo {
     pub failover_state: String,
     /// Primaries only: the replicas connected to it.
     pub connected_replicas: Vec<ConnectedReplica>,
+    /// What the server says of its memory, clients, commands and keys, for
+    /// the metrics only: the planner never reads it.
+    pub vitals: Vitals,
 }
+
+/// From `INFO memory`, `clients`, `stats` and `keyspace`. Every field is
+/// optional: a server that leaves one out (an older or newer version)
+/// still serves the planner, and that metric is left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Vitals {
+    pub used_memory: Option<u64>,
+    /// 0: no limit.
+    pub maxmemory: Option<u64>,
+    pub connected_clients: Option<u64>,
+    pub commands_processed: Option<u64>,
+    pub evicted_keys: Option<u64>,
+    pub expired_keys: Option<u64>,
+    /// Per database that holds keys (`db0` ...): its keys, and those with
+    /// an expiry. At most 16 (Redis's default `databases`) in practice;
+    /// never more than the answer's lines.
+    pub keyspace: Vec<Keyspace>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keyspace {
+    pub db: u32,
+    pub keys: u64,
+    pub expires: u64,
+}
+
+/// The most databases reported: bounds the metrics' `db` label even
+/// against a server configured with thousands.
+pub const MAX_DATABASES: usize = 16;
 
 impl ReplicationInfo {
     /// The offset to compare when choosing whom to promote: what a replica
@@ -114,6 +146,9 @@ impl ReplicationInfo {
             .find(|r| r.ip == ip && r.port == port)
     }
 }
+
+/// The `INFO` sections [`parse_vitals`] reads.
+pub const VITALS: &[&str] = &["memory", "clients", "stats", "keyspace"];
 
 /// The most lines of one `INFO` section read; a real one has fewer than
 /// 100, plus one per connected replica.
@@ -188,6 +223,7 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
         master_replid,
         failover_state,
         connected_replicas: Vec::new(),
+        vitals: Vitals::default(),
     };
     if role == Role::Replica {
         info.master_host = Some(required(&f, "master_host")?.to_string());
@@ -215,6 +251,38 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
         }
     }
     Ok(info)
+}
+
+/// Parses the `INFO memory`, `clients`, `stats` and `keyspace` sections
+/// (in any order, as one text or several). Never fails: a missing or
+/// unreadable field is `None`.
+pub fn parse_vitals(text: &str) -> Vitals {
+    let f = fields(text);
+    let get = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok());
+    let mut keyspace: Vec<Keyspace> = f
+        .iter()
+        .filter_map(|(k, v)| {
+            let db = k.strip_prefix("db")?.parse::<u32>().ok()?;
+            let kv: HashMap<&str, &str> =
+                v.split(',').filter_map(|p| p.split_once('=')).collect();
+            Some(Keyspace {
+                db,
+                keys: kv.get("keys")?.parse().ok()?,
+                expires: kv.get("expires").and_then(|e| e.parse().ok()).unwrap_or(0),
+            })
+        })
+        .collect();
+    keyspace.sort_by_key(|k| k.db);
+    keyspace.truncate(MAX_DATABASES);
+    Vitals {
+        used_memory: get("used_memory"),
+        maxmemory: get("maxmemory"),
+        connected_clients: get("connected_clients"),
+        commands_processed: get("total_commands_processed"),
+        evicted_keys: get("evicted_keys"),
+        expired_keys: get("expired_keys"),
+        keyspace,
+    }
 }
 
 /// `ip=10.0.0.5,port=6379,state=online,offset=1234,lag=0`
@@ -360,6 +428,32 @@ mod tests {
         let err = parse_replication(&PRIMARY.replace("role:master", "role:sentinel"), "r".into())
             .unwrap_err();
         assert!(err.to_string().contains("sentinel"), "{err}");
+    }
+
+    #[test]
+    fn vitals_are_read_from_their_sections_and_missing_ones_left_out() {
+        let text = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\nmaxmemory:0\r\n\
+            # Clients\r\nconnected_clients:7\r\n\
+            # Stats\r\ntotal_commands_processed:1234\r\nexpired_keys:3\r\nevicted_keys:0\r\n\
+            # Keyspace\r\ndb3:keys=2,expires=0,avg_ttl=0\r\ndb0:keys=1500,expires=12,avg_ttl=9\r\n";
+        let v = parse_vitals(text);
+        assert_eq!(v.used_memory, Some(1_048_576));
+        assert_eq!(v.maxmemory, Some(0));
+        assert_eq!(v.connected_clients, Some(7));
+        assert_eq!(v.commands_processed, Some(1234));
+        assert_eq!((v.expired_keys, v.evicted_keys), (Some(3), Some(0)));
+        assert_eq!(
+            v.keyspace,
+            vec![
+                Keyspace { db: 0, keys: 1500, expires: 12 },
+                Keyspace { db: 3, keys: 2, expires: 0 }
+            ]
+        );
+        // A server that says nothing of them, or nonsense, still parses.
+        assert_eq!(parse_vitals("# Memory\r\nused_memory:lots\r\n"), Vitals::default());
+        // A server with thousands of databases holding keys: 16 reported.
+        let many: String = (0..5000).map(|n| format!("db{n}:keys=1,expires=0\r\n")).collect();
+        assert_eq!(parse_vitals(&many).keyspace.len(), MAX_DATABASES);
     }
 
     #[test]

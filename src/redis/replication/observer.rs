@@ -61,6 +61,15 @@ pub struct Sample {
     pub result: Result<ReplicationInfo, Arc<ClientError>>,
 }
 
+/// A member's latest answer, and where it was asked.
+#[derive(Clone, Debug)]
+pub struct Latest {
+    pub pod: String,
+    pub ip: String,
+    pub port: u16,
+    pub sample: Arc<Sample>,
+}
+
 /// What a member's task is for: a new IP, port, password or route starts
 /// another.
 #[derive(Clone, PartialEq, Eq)]
@@ -134,6 +143,25 @@ impl Observer {
 
     fn watchers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
         self.watchers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every observed member's latest answer, asking nobody: what the
+    /// metrics show (at most a [`PERIOD`] old while the member answers).
+    pub fn samples(&self) -> Vec<Latest> {
+        let mut samples: Vec<_> = self
+            .watchers()
+            .iter()
+            .filter_map(|(pod, w)| {
+                Some(Latest {
+                    pod: pod.clone(),
+                    ip: w.target.ip.clone(),
+                    port: w.target.port,
+                    sample: w.latest.borrow().clone()?,
+                })
+            })
+            .collect();
+        samples.sort_by(|a, b| a.pod.cmp(&b.pod));
+        samples
     }
 
     /// The connections, shared by the observing tasks and the commands.
@@ -393,6 +421,7 @@ mod tests {
             master_replid: "h".into(),
             failover_state: "no-failover".into(),
             connected_replicas: vec![],
+            vitals: Default::default(),
         };
         let err = || {
             Err(Arc::new(ClientError::Timeout {

@@ -46,6 +46,7 @@ fn info(role: Role, run_id: &str, offset: i64) -> ReplicationInfo {
         master_replid: "history-1".into(),
         failover_state: "no-failover".into(),
         connected_replicas: vec![],
+        vitals: Default::default(),
     }
 }
 
