@@ -119,9 +119,7 @@ impl Rounds {
                 self.unwritable += took;
                 match self.change.take() {
                     Some(Change::Failover) => self.failover_seconds.observe(took.as_secs_f64()),
-                    Some(Change::Switchover) => {
-                        self.switchover_seconds.observe(took.as_secs_f64())
-                    }
+                    Some(Change::Switchover) => self.switchover_seconds.observe(took.as_secs_f64()),
                     None => {}
                 }
                 self.unwritable_since = None;
@@ -384,7 +382,7 @@ impl RedisMetrics {
         let vital = |f: fn(&ReplicationInfo) -> Option<u64>| {
             views
                 .iter()
-                .flat_map(move |v| v.per_member(move |i| f(i)))
+                .flat_map(move |v| v.per_member(f))
                 .collect::<Vec<_>>()
         };
         for (name, help, metric_type, value) in [
@@ -538,7 +536,9 @@ impl RedisMetrics {
             "podkeeper_redis_failover_duration_seconds",
             "From the first round without a writable primary to the first with one, for failovers",
             MetricType::Histogram,
-            views.iter().map(|v| (v.labels(), v.rounds.failover_seconds.clone())),
+            views
+                .iter()
+                .map(|v| (v.labels(), v.rounds.failover_seconds.clone())),
         )?;
         family(
             encoder,
@@ -672,7 +672,7 @@ mod tests {
     fn latest(pod: &str, ip: &str, replication: Option<&str>, vitals: &str) -> Latest {
         let result = match replication {
             Some(text) => Ok(ReplicationInfo {
-                vitals: parse_vitals(vitals),
+                vitals: Box::new(parse_vitals(vitals)),
                 ..parse_replication(text, format!("run-{pod}")).unwrap()
             }),
             None => Err(Arc::new(

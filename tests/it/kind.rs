@@ -270,7 +270,7 @@ async fn redis_runs_under_restricted_pod_security_with_a_read_only_root_and_writ
     assert!(ok && out.trim() == "999", "runs as uid 999: {out}");
 }
 
-fn leader_pod() -> Option<String> {
+pub(crate) fn leader_pod() -> Option<String> {
     let (ok, out, _) = kubectl(&[
         "get",
         "lease",
@@ -432,7 +432,7 @@ async fn the_deployed_operator_is_ready_serves_metrics_logs_and_fails_over() {
 }
 
 /// The operator Pod's /metrics, through the API server's Pod proxy.
-fn scrape(pod: &str) -> String {
+pub(crate) fn scrape(pod: &str) -> String {
     let path = format!("/api/v1/namespaces/{OPERATOR_NS}/pods/{pod}:8080/proxy/metrics");
     let (ok, out, err) = kubectl(&["get", "--raw", &path]);
     assert!(ok, "scraping {path}: {err}");

@@ -17,6 +17,8 @@ mod kind_auth;
 #[cfg(feature = "kind-e2e")]
 mod kind_backup;
 #[cfg(feature = "kind-e2e")]
+mod kind_metrics;
+#[cfg(feature = "kind-e2e")]
 mod kind_network;
 #[cfg(feature = "kind-e2e")]
 mod kind_refusals;

@@ -415,7 +415,7 @@ impl Node {
         if answers.len() < 2 {
             return Err(bad(info::InfoError::Missing("replication")));
         }
-        let vitals = info::parse_vitals(&answers.split_off(2).join("\r\n"));
+        let vitals = Box::new(info::parse_vitals(&answers.split_off(2).join("\r\n")));
         let run_id = info::parse_run_id(&answers[0]).map_err(bad)?;
         Ok(ReplicationInfo {
             vitals,
@@ -855,7 +855,14 @@ pub(crate) mod tests {
         let server = "# Server\r\nrun_id:abc\r\n";
         let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:x\r\nmaster_repl_offset:0\r\n";
         let mut reply = String::new();
-        for section in [server, repl, "# Memory\r\n", "# Clients\r\n", "# Stats\r\n", "# Keyspace\r\n"] {
+        for section in [
+            server,
+            repl,
+            "# Memory\r\n",
+            "# Clients\r\n",
+            "# Stats\r\n",
+            "# Keyspace\r\n",
+        ] {
             reply.push_str(&format!("${}\r\n{section}\r\n", section.len()));
         }
         reply

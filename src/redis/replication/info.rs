@@ -85,7 +85,7 @@ pub struct ReplicationInfo {
     pub connected_replicas: Vec<ConnectedReplica>,
     /// What the server says of its memory, clients, commands and keys, for
     /// the metrics only: the planner never reads it.
-    pub vitals: Vitals,
+    pub vitals: Box<Vitals>,
 }
 
 /// From `INFO memory`, `clients`, `stats` and `keyspace`. Every field is
@@ -223,7 +223,7 @@ pub fn parse_replication(text: &str, run_id: String) -> Result<ReplicationInfo, 
         master_replid,
         failover_state,
         connected_replicas: Vec::new(),
-        vitals: Vitals::default(),
+        vitals: Box::default(),
     };
     if role == Role::Replica {
         info.master_host = Some(required(&f, "master_host")?.to_string());
@@ -263,8 +263,7 @@ pub fn parse_vitals(text: &str) -> Vitals {
         .iter()
         .filter_map(|(k, v)| {
             let db = k.strip_prefix("db")?.parse::<u32>().ok()?;
-            let kv: HashMap<&str, &str> =
-                v.split(',').filter_map(|p| p.split_once('=')).collect();
+            let kv: HashMap<&str, &str> = v.split(',').filter_map(|p| p.split_once('=')).collect();
             Some(Keyspace {
                 db,
                 keys: kv.get("keys")?.parse().ok()?,
@@ -445,14 +444,27 @@ mod tests {
         assert_eq!(
             v.keyspace,
             vec![
-                Keyspace { db: 0, keys: 1500, expires: 12 },
-                Keyspace { db: 3, keys: 2, expires: 0 }
+                Keyspace {
+                    db: 0,
+                    keys: 1500,
+                    expires: 12
+                },
+                Keyspace {
+                    db: 3,
+                    keys: 2,
+                    expires: 0
+                }
             ]
         );
         // A server that says nothing of them, or nonsense, still parses.
-        assert_eq!(parse_vitals("# Memory\r\nused_memory:lots\r\n"), Vitals::default());
+        assert_eq!(
+            parse_vitals("# Memory\r\nused_memory:lots\r\n"),
+            Vitals::default()
+        );
         // A server with thousands of databases holding keys: 16 reported.
-        let many: String = (0..5000).map(|n| format!("db{n}:keys=1,expires=0\r\n")).collect();
+        let many: String = (0..5000)
+            .map(|n| format!("db{n}:keys=1,expires=0\r\n"))
+            .collect();
         assert_eq!(parse_vitals(&many).keyspace.len(), MAX_DATABASES);
     }
 
