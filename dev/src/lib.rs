@@ -25,6 +25,7 @@ pub mod cli;
 pub mod dev;
 pub mod kind;
 pub mod localcluster;
+pub mod monitoring;
 
 /// Errors of the dev tools' commands.
 #[derive(Debug, thiserror::Error)]

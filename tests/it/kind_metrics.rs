@@ -40,6 +40,39 @@ fn one(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     }
 }
 
+/// The metrics the alerting rules and the dashboard of
+/// `manifests/monitoring/` read (those named podkeeper's, Redis's or
+/// controller-runtime's).
+fn monitored() -> std::collections::BTreeSet<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/monitoring");
+    let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+    let rules: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&read("prometheusrule.yaml")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&read("dashboard.json")).unwrap();
+    let mut exprs: Vec<String> = rules["spec"]["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .map(|r| r["expr"].as_str().unwrap().to_string())
+        .collect();
+    for p in dashboard["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    exprs
+        .iter()
+        .flat_map(|e| e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')))
+        .filter(|t| {
+            ["redis_", "podkeeper_", "controller_runtime_"]
+                .iter()
+                .any(|p| t.starts_with(p))
+        })
+        .map(String::from)
+        .collect()
+}
+
 #[tokio::test]
 // Held for the whole test: the other tests' operator "kills" would start a
 // fresh process with fresh counts.
@@ -116,6 +149,15 @@ async fn the_operator_serves_every_members_state_and_counts_a_failover_under_wri
         .then_some(text)
     })
     .await;
+    // Every metric the alerts and the dashboard read is served.
+    for metric in monitored() {
+        assert!(
+            text.lines().any(|l| l
+                .strip_prefix(metric.as_str())
+                .is_some_and(|r| r.starts_with(['{', ' ']))),
+            "{metric}, read by manifests/monitoring/, is not served:\n{text}"
+        );
+    }
     let took = one(&text, "podkeeper_redis_failover_duration_seconds_sum", &of).unwrap();
     let without = one(
         &text,
