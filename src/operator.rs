@@ -147,14 +147,15 @@ where
     (store, stream)
 }
 
-/// Changes with the generation, the template's other inputs, the
-/// finalizers and the start of deletion.
+/// Changes with the generation, the template's other inputs, what a person
+/// asks by annotation, the finalizers and the start of deletion.
 fn spec_or_lifecycle<K: PodSet>(obj: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = obj.meta();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     meta.generation.hash(&mut h);
     obj.template_inputs().hash(&mut h);
+    obj.requests().hash(&mut h);
     meta.finalizers.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     Some(h.finish())

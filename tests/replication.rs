@@ -60,6 +60,7 @@ fn settings() -> Settings {
         switchover_timeout: Duration::from_secs(5),
         min_replicas_to_write: 1,
         min_replicas_max_lag_seconds: 1,
+        requested: None,
     }
 }
 

@@ -53,6 +53,11 @@ pub const SCHEDULE_LABEL: &str = "podkeeper.dev/backup-schedule";
 
 // Annotations.
 
+/// On a Redis: a person asks for its primary to move to the named member,
+/// or (`any`) to the best replica; podkeeper removes it once answered (see
+/// [`crate::redis::switchover`]).
+pub const SWITCHOVER_ANNOTATION: &str = "podkeeper.dev/switchover-to";
+
 /// The annotation on a scheduled `RedisBackup`: the cron occurrence (RFC
 /// 3339, UTC) it was made for.
 pub const SCHEDULED_AT_ANNOTATION: &str = "podkeeper.dev/scheduled-at";

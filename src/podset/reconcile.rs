@@ -98,6 +98,12 @@ pub trait PodSet:
     fn template_inputs(&self) -> Option<&str> {
         None
     }
+    /// What a person asks of the object besides its spec (an annotation
+    /// the kind acts on), as one value: a change of it wakes the object's
+    /// reconcile as a spec change does. Default: nothing.
+    fn requests(&self) -> Option<&str> {
+        None
+    }
     /// Replicas asked for, even when the spec is invalid (for counts).
     fn replicas(&self) -> i32;
     /// A PersistentVolumeClaim per Pod, for kinds that keep data. Pure.

@@ -35,7 +35,7 @@ use crate::redis::replication::client::{Access, Route, Timeouts};
 use crate::redis::replication::topology::{Action, Cause, RecordedPrimary, Settings, Waiting};
 use crate::redis::restore::{self, RestoreState};
 use crate::redis::services::{desired_services, service_names};
-use crate::redis::{certs, credentials, tls};
+use crate::redis::{certs, credentials, switchover, tls};
 use crate::redis::{disruption, network, rollout};
 use crate::runtime::Error;
 use crate::runtime::events::EventType;
@@ -129,6 +129,8 @@ pub struct ReplicationExtras {
     restore_image: Option<String>,
     /// `spec.networkPolicy` (see [`crate::redis::network`]).
     network: network::Applier,
+    /// Switchovers people asked for (see [`crate::redis::switchover`]).
+    requests: switchover::Answered,
 }
 
 /// The caches [`crate::redis::disruption`] reads.
@@ -154,6 +156,7 @@ impl ReplicationExtras {
             disruptions: None,
             restore_image: None,
             network: network::Applier::new(std::env::var("POD_NAMESPACE").ok()),
+            requests: switchover::Answered::default(),
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -431,6 +434,7 @@ impl ReplicationExtras {
             .remove(uid);
         self.applier.forget(uid);
         self.network.forget(uid);
+        self.requests.forget(uid);
     }
 }
 
@@ -524,6 +528,7 @@ fn settings(redis: &Redis) -> Settings {
         switchover_timeout: Duration::from_secs(u64::from(f.switchover_timeout_seconds.max(1))),
         min_replicas_to_write: f.min_replicas_to_write,
         min_replicas_max_lag_seconds: f.min_replicas_max_lag_seconds,
+        requested: None,
     }
 }
 
@@ -799,10 +804,14 @@ impl Extras<Redis> for ReplicationExtras {
                 Err(e) => Err(e.to_string()),
             }
         };
+        let settings = Settings {
+            requested: self.requests.pending(redis),
+            ..settings(redis)
+        };
         let round = act::reconcile(
             &refs,
             recorded.as_ref(),
-            &settings(redis),
+            &settings,
             &Access {
                 password: password.as_deref(),
                 operator: operator.as_ref().map(|o| o.operator.as_str()),
@@ -894,6 +903,13 @@ impl Extras<Redis> for ReplicationExtras {
                     .event(owner, EventType::Normal, reason, "Replicate", note)
                     .await;
             }
+        }
+        if let Some(answer) = settings
+            .requested
+            .as_ref()
+            .and_then(|r| switchover::answer(r, &round.plan, &round.outcome.done))
+        {
+            self.requests.answer(redis, ctx, owner, answer).await;
         }
         ctx.executor.metrics.redis.round(
             &owner.reference.uid,

@@ -18,6 +18,7 @@ pub mod rollout;
 pub mod services;
 pub mod simulated;
 pub mod status;
+pub mod switchover;
 pub mod tls;
 
 use crate::api::{Redis, RedisStatus};
@@ -91,6 +92,15 @@ impl PodSet for Redis {
     /// with (see [`crate::redis::credentials`]).
     fn template_inputs(&self) -> Option<&str> {
         self.status.as_ref()?.credentials_version.as_deref()
+    }
+
+    /// A switchover asked for (see [`crate::redis::switchover`]).
+    fn requests(&self) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(crate::api::names::SWITCHOVER_ANNOTATION)
+            .map(String::as_str)
     }
 
     fn replicas(&self) -> i32 {

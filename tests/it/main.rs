@@ -25,6 +25,8 @@ mod kind_refusals;
 #[cfg(feature = "kind-e2e")]
 mod kind_storage;
 #[cfg(feature = "kind-e2e")]
+mod kind_switchover;
+#[cfg(feature = "kind-e2e")]
 mod kind_tls;
 #[cfg(feature = "kind-e2e")]
 mod kind_under_writes;

@@ -587,12 +587,18 @@ pub fn replicated_condition(
             "NoSwitchoverTarget",
             "the primary must be handed over but no replica is linked, caught up and ready".into(),
         ),
-        None if !plan.actions.is_empty() => (
-            "False",
-            "Converging",
-            format!("{} replication command(s) sent", outcome.done.len()),
-        ),
-        None => (
+        // A person's switchover request answered (by an Event) says
+        // nothing of the set's replication.
+        Some(Waiting::SwitchoverRefused { .. } | Waiting::SwitchoverNotNeeded { .. }) | None
+            if !plan.actions.is_empty() =>
+        {
+            (
+                "False",
+                "Converging",
+                format!("{} replication command(s) sent", outcome.done.len()),
+            )
+        }
+        Some(Waiting::SwitchoverRefused { .. } | Waiting::SwitchoverNotNeeded { .. }) | None => (
             "False",
             "ReplicasNotLinked",
             "some replicas are not linked yet".into(),
@@ -993,6 +999,7 @@ mod tests {
             switchover_timeout: Duration::from_secs(1),
             min_replicas_to_write: 1,
             min_replicas_max_lag_seconds: 2,
+            requested: None,
         };
         assert_eq!(switchover_cooldown(&settings), Duration::from_secs(5));
     }

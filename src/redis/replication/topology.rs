@@ -31,6 +31,11 @@
 //!    handed over with `FAILOVER` to a linked, caught-up, ready replica that
 //!    is not retiring, once nothing else needs doing. The engine must never
 //!    touch [`Plan::primary`].
+//! 6. A switchover a person asked for ([`Settings::requested`]) goes the
+//!    same way, once nothing else needs doing and the primary is not being
+//!    handed over already: to the best such replica, or to the named member
+//!    when it is one; otherwise it is refused with the reason (a member
+//!    behind is never made primary on request).
 
 use std::cmp::Reverse;
 use std::time::Duration;
@@ -155,7 +160,7 @@ impl RecordedPrimary {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// How long the primary may be unreachable before a replica is promoted.
     pub failover_after: Duration,
@@ -165,6 +170,17 @@ pub struct Settings {
     /// the write fence every member gets (see `act::WriteFence`).
     pub min_replicas_to_write: u32,
     pub min_replicas_max_lag_seconds: u32,
+    /// A person asked for the primary to move (rule 6).
+    pub requested: Option<Requested>,
+}
+
+/// Where a person asked the primary to move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requested {
+    /// To the replica a rollout's switchover would pick.
+    Best,
+    /// To this member (a Pod name).
+    To(String),
 }
 
 impl Settings {
@@ -280,6 +296,10 @@ pub enum Waiting {
     /// stopped or its Pod goes (`kubectl delete pod` is the way to fail
     /// over without it).
     ReplicaSilent { pod: String, primary: String },
+    /// A switchover a person asked for cannot be carried out, and why.
+    SwitchoverRefused { reason: String },
+    /// The member a person asked to be primary already is.
+    SwitchoverNotNeeded { pod: String },
     /// A switchover from this primary was sent recently and did not
     /// complete; the next may go at `until` (set by `act`, which remembers).
     SwitchoverCoolingDown { until: Timestamp },
@@ -680,6 +700,41 @@ fn switchover_target<'a>(members: &'a [Member], primary: &Member) -> Option<&'a 
         .max_by_key(|m| (m.info().map(|i| i.offset()), Reverse(m.pod.as_str())))
 }
 
+/// The member a requested switchover goes to; `None` when the named member
+/// is the primary already; why not, when no member may take it.
+fn requested_target<'a>(
+    members: &'a [Member],
+    primary: &Member,
+    requested: &Requested,
+) -> Result<Option<&'a Member>, String> {
+    let named = match requested {
+        Requested::Best => {
+            return switchover_target(members, primary)
+                .map(Some)
+                .ok_or_else(|| {
+                    "no replica is linked to the primary, caught up and ready".to_string()
+                });
+        }
+        Requested::To(pod) if *pod == primary.pod => return Ok(None),
+        Requested::To(pod) => pod,
+    };
+    let Some(m) = members.iter().find(|m| m.pod == *named) else {
+        return Err(format!("{named} is not a member of this Redis"));
+    };
+    if m.deleting || m.retiring {
+        Err(format!("{named} is about to be replaced or removed"))
+    } else if !m.ready {
+        Err(format!("{named} is not Ready"))
+    } else if !linked_to(m, primary) {
+        Err(format!(
+            "{named} is not a linked, caught-up replica of the primary {}",
+            primary.pod
+        ))
+    } else {
+        Ok(Some(m))
+    }
+}
+
 /// The plan for one reconcile.
 pub fn plan(
     members: &[Member],
@@ -734,18 +789,32 @@ pub fn plan(
     });
     let mut actions = converge(members, primary, promote);
     let mut waiting = None;
+    let switchover = |t: &Member| Action::Switchover {
+        from: primary.pod.clone(),
+        from_ip: primary.ip().to_string(),
+        from_port: primary.port,
+        to: t.pod.clone(),
+        to_ip: t.ip().to_string(),
+        to_port: t.port,
+        timeout: settings.switchover_timeout,
+    };
     if actions.is_empty() && (primary.retiring || primary.deleting) {
         match switchover_target(members, primary) {
-            Some(t) => actions.push(Action::Switchover {
-                from: primary.pod.clone(),
-                from_ip: primary.ip().to_string(),
-                from_port: primary.port,
-                to: t.pod.clone(),
-                to_ip: t.ip().to_string(),
-                to_port: t.port,
-                timeout: settings.switchover_timeout,
-            }),
+            Some(t) => actions.push(switchover(t)),
             None => waiting = Some(Waiting::NoSwitchoverTarget),
+        }
+    } else if actions.is_empty()
+        && !promote
+        && let Some(requested) = &settings.requested
+    {
+        match requested_target(members, primary, requested) {
+            Ok(Some(t)) => actions.push(switchover(t)),
+            Ok(None) => {
+                waiting = Some(Waiting::SwitchoverNotNeeded {
+                    pod: primary.pod.clone(),
+                })
+            }
+            Err(reason) => waiting = Some(Waiting::SwitchoverRefused { reason }),
         }
     }
     let replicated = actions.is_empty()

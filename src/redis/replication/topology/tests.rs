@@ -15,6 +15,7 @@ fn settings() -> Settings {
         switchover_timeout: Duration::from_secs(10),
         min_replicas_to_write: 1,
         min_replicas_max_lag_seconds: 2,
+        requested: None,
     }
 }
 
@@ -552,6 +553,97 @@ fn switchover_waits_for_repoints_and_for_a_target() {
     assert!(p.actions.is_empty());
     assert_eq!(p.waiting, Some(Waiting::NoSwitchoverTarget));
     assert!(!p.may_touch("a"));
+}
+
+fn asking(requested: Requested) -> Settings {
+    Settings {
+        requested: Some(requested),
+        ..settings()
+    }
+}
+
+fn switched_to(p: &Plan) -> Option<&str> {
+    match &p.actions[..] {
+        [Action::Switchover { from, to, .. }] if from == "a" => Some(to),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_requested_switchover_goes_to_the_named_member_or_the_best_one() {
+    let m = steady();
+    let any = plan(&m, Some(&rec("a")), &asking(Requested::Best), t(0));
+    assert_eq!(switched_to(&any), Some("b"), "b has the highest offset");
+    let to_c = plan(
+        &m,
+        Some(&rec("a")),
+        &asking(Requested::To("c".into())),
+        t(0),
+    );
+    assert_eq!(switched_to(&to_c), Some("c"));
+    assert!(!to_c.may_touch("a"));
+    // The primary already: nothing sent, answered as not needed.
+    let to_a = plan(
+        &m,
+        Some(&rec("a")),
+        &asking(Requested::To("a".into())),
+        t(0),
+    );
+    assert!(to_a.actions.is_empty());
+    assert_eq!(
+        to_a.waiting,
+        Some(Waiting::SwitchoverNotNeeded { pod: "a".into() })
+    );
+}
+
+#[test]
+fn a_requested_switchover_to_a_member_that_cannot_take_it_is_refused_with_the_reason() {
+    let refused = |m: &[Member], to: &str| {
+        let p = plan(m, Some(&rec("a")), &asking(Requested::To(to.into())), t(0));
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        match p.waiting {
+            Some(Waiting::SwitchoverRefused { reason }) => reason,
+            w => panic!("{w:?}"),
+        }
+    };
+    let mut m = steady();
+    assert!(refused(&m, "z").contains("z is not a member"));
+    m[2] = replica("c", "10.0.0.3", "10.0.0.1", 90, false);
+    assert!(refused(&m, "c").contains("c is not a linked, caught-up replica of the primary a"));
+    m[1].ready = false;
+    assert!(refused(&m, "b").contains("b is not Ready"));
+    // No replica can take it: "any" is refused too.
+    let p = plan(&m, Some(&rec("a")), &asking(Requested::Best), t(0));
+    assert!(matches!(p.waiting, Some(Waiting::SwitchoverRefused { .. })));
+    m[1].ready = true;
+    m[1].retiring = true;
+    assert!(refused(&m, "b").contains("about to be replaced"));
+}
+
+#[test]
+fn a_requested_switchover_waits_while_anything_else_is_done() {
+    // A new member to repoint first.
+    let mut m = steady();
+    m.push(fresh("d", "10.0.0.4"));
+    let p = plan(&m, Some(&rec("a")), &asking(Requested::Best), t(0));
+    assert_eq!(replicated_to(&p, Why::Repoint), [("d", "10.0.0.1")]);
+    assert_eq!(switched_to(&p), None);
+    assert_eq!(p.waiting, None);
+    // A FAILOVER under way.
+    let mut m = steady();
+    info_mut(&mut m[0]).failover_state = "waiting-for-sync".into();
+    let p = plan(&m, Some(&rec("a")), &asking(Requested::Best), t(0));
+    assert_eq!(p.waiting, Some(Waiting::SwitchoverInProgress));
+    // A retiring primary is handed over as a rollout says, not as asked.
+    let mut m = steady();
+    m[0].retiring = true;
+    let p = plan(
+        &m,
+        Some(&rec("a")),
+        &asking(Requested::To("c".into())),
+        t(0),
+    );
+    assert_eq!(switched_to(&p), Some("b"));
 }
 
 #[test]
