@@ -779,6 +779,28 @@ mod tests {
     }
 
     #[test]
+    fn series_per_member_and_per_redis_are_as_the_operations_guide_says() {
+        let mut rounds = Rounds::default();
+        let t0 = Instant::now();
+        rounds.seen(seen(true), t0, SystemTime::now());
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(three(), rounds)));
+        let text = render(&registry);
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        let of = |pod: &str| {
+            samples
+                .iter()
+                .filter(|l| l.contains(&format!("pod=\"{pod}\"")))
+                .count()
+        };
+        // docs/operations.md, "Cardinality": 11 for a primary, 14 for a
+        // replica (one database holding keys), 1 for a silent member; 30
+        // per Redis before any failover (at most 5 more, one per cause).
+        assert_eq!((of("a"), of("b"), of("c")), (11, 14, 1), "{text}");
+        assert_eq!(samples.len() - 26, 30, "{text}");
+    }
+
+    #[test]
     fn a_redis_s_series_go_with_it() {
         let metrics = Arc::new(RedisMetrics::default());
         let mut registry = Registry::default();
