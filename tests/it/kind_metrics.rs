@@ -9,11 +9,13 @@ use kube::Api;
 use podkeeper::api::Redis;
 use podkeeper_dev::bench::redis::session::InvariantWatch;
 use podkeeper_dev::bench::redis::{self as bench};
+use podkeeper_dev::kind::versions::REDIS_IMAGE;
+use serde_json::json;
 
 use crate::harness::{TestEnv, hold_deployed_operator, wait_for};
 use crate::kind::{leader_pod, scrape};
 use crate::kind_auth::fail_over;
-use crate::kind_under_writes::{assert_nothing_lost, session, three_members};
+use crate::kind_under_writes::{assert_nothing_lost, session};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -82,7 +84,16 @@ async fn the_operator_serves_every_members_state_and_counts_a_failover_under_wri
     let env = TestEnv::new("kind-metrics").await;
     let s = session(&env).await;
     let name = "watched";
-    let host = three_members(&s, name).await;
+    // A memory limit of 256 MiB: maxmemory is 75 % of it.
+    s.create_redis_spec(
+        name,
+        json!({"replicas": 3, "port": 6379, "image": REDIS_IMAGE,
+               "resources": {"limits": {"memory": "256Mi"}}}),
+    )
+    .await
+    .unwrap();
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    let host = s.cluster_ip(name).await.unwrap();
     s.start_writer(&host, 6379, 1).await.unwrap();
     s.writes_accepted(200).await.unwrap();
     let watch = InvariantWatch::start(&s, name);
@@ -116,9 +127,13 @@ async fn the_operator_serves_every_members_state_and_counts_a_failover_under_wri
         .then_some(text)
     })
     .await;
+    assert_eq!(
+        samples(&text, "redis_memory_max_bytes", &of),
+        [(256u64 << 20) as f64 * 0.75; 3],
+        "{text}"
+    );
     for metric in [
         "redis_memory_used_bytes",
-        "redis_memory_max_bytes",
         "redis_connected_clients",
         "redis_commands_processed_total",
         "redis_db_keys",
