@@ -1,18 +1,17 @@
 //! Prometheus metrics, named as controller-runtime names them so that
 //! existing dashboards work unchanged. Every label takes values from a fixed
 //! set (controller names, results, operations), so cardinality is bounded.
-//! The Redis metrics (per member and per Redis) are
-//! [`crate::redis::metrics`], a collector registered here.
+//! Kinds add collectors of their own (the Redis metrics,
+//! [`crate::redis::metrics`]) with [`Metrics::with_collectors`].
 
 use std::sync::Arc;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use crate::redis::metrics::RedisMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
@@ -46,8 +45,6 @@ pub struct Metrics {
     pods_created: Family<ControllerLabel, Counter>,
     pods_deleted: Family<ControllerLabel, Counter>,
     pod_failures: Family<OperationLabels, Counter>,
-    /// What the Redis controller reads of its members and rounds.
-    pub redis: Arc<RedisMetrics>,
 }
 
 impl Default for Metrics {
@@ -89,11 +86,8 @@ impl Default for Metrics {
                 pod_failures.clone(),
             );
         }
-        let redis = Arc::new(RedisMetrics::default());
-        registry.register_collector(Box::new(redis.clone()));
         Metrics {
             registry,
-            redis,
             reconcile_total,
             reconcile_errors,
             reconcile_time,
@@ -107,6 +101,15 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// The operator's metrics and, at each scrape, what `collectors` say.
+    pub fn with_collectors(collectors: Vec<Box<dyn Collector>>) -> Arc<Self> {
+        let mut m = Self::default();
+        for c in collectors {
+            m.registry.register_collector(c);
+        }
+        Arc::new(m)
     }
 
     /// `result` is `success`, `requeue` or `error`.

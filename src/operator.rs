@@ -31,6 +31,7 @@ use crate::podset::reconcile::{self as podset, Ctx, PodSet};
 use crate::podset::volumes::ClaimCache;
 use crate::podset::watch as pod_watch;
 use crate::redis::hooks::{Disruptions, ReplicationExtras};
+use crate::redis::metrics::RedisMetrics;
 use crate::runtime;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::service_applier::ServiceApplier;
@@ -191,7 +192,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), crate::Error> {
     let shutdown = shutdown.shared();
-    let metrics = Metrics::new();
+    // The Redis metrics: a collector the rounds feed and /metrics reads.
+    let redis_metrics = Arc::new(RedisMetrics::default());
+    let metrics = Metrics::with_collectors(vec![Box::new(redis_metrics.clone())]);
     let readiness = Arc::new(Readiness::default());
     let endpoints = http::serve(
         args.metrics_address(),
@@ -312,6 +315,7 @@ pub async fn run(
             Some(redis_observed),
         )
         .with_disruptions(disruptions)
+        .with_metrics(redis_metrics)
         .with_restore_image(restore_image(&client, &args).await),
     );
     let (redis_store, redis_stream) = owner_stream(scoped::<Redis>(&client, namespace));

@@ -27,7 +27,7 @@ use crate::podset::plan::{Desired, Plan};
 use crate::podset::reconcile::Extras;
 use crate::podset::{Context, ObservedPod};
 use crate::redis::auth;
-use crate::redis::metrics::RoundSeen;
+use crate::redis::metrics::{RedisMetrics, RoundSeen};
 use crate::redis::pod::MemberPorts;
 use crate::redis::replication::acl::{Own, Users};
 use crate::redis::replication::act::{self, Memory, PodRef};
@@ -131,6 +131,8 @@ pub struct ReplicationExtras {
     network: network::Applier,
     /// Switchovers people asked for (see [`crate::redis::switchover`]).
     requests: switchover::Answered,
+    /// What the rounds see, for `/metrics` (see [`crate::redis::metrics`]).
+    metrics: Arc<RedisMetrics>,
 }
 
 /// The caches [`crate::redis::disruption`] reads.
@@ -157,6 +159,7 @@ impl ReplicationExtras {
             restore_image: None,
             network: network::Applier::new(std::env::var("POD_NAMESPACE").ok()),
             requests: switchover::Answered::default(),
+            metrics: Arc::default(),
             silence: Mutex::new(HashMap::new()),
             timeouts: if port_forward_is_set {
                 // Through the API server's port-forward: a stream per
@@ -183,6 +186,12 @@ impl ReplicationExtras {
 
     /// With the image of the `restore` init container (the operator's
     /// own): Redis objects with `spec.restore` can be restored.
+    /// The Redis metrics the operator's `/metrics` serves.
+    pub fn with_metrics(mut self, metrics: Arc<RedisMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     pub fn with_restore_image(mut self, image: Option<String>) -> Self {
         self.restore_image = image;
         self
@@ -911,7 +920,7 @@ impl Extras<Redis> for ReplicationExtras {
         {
             self.requests.answer(redis, ctx, owner, answer).await;
         }
-        ctx.executor.metrics.redis.round(
+        self.metrics.round(
             &owner.reference.uid,
             &owner.namespace,
             &owner.name,
@@ -1076,7 +1085,7 @@ impl Extras<Redis> for ReplicationExtras {
         let gone = cleanup_services(&ctx.client, &ctx.executor.recorder, owner, &live).await?;
         if gone {
             self.forget(&owner.reference.uid);
-            ctx.executor.metrics.redis.forget(&owner.reference.uid);
+            self.metrics.forget(&owner.reference.uid);
         }
         Ok(gone)
     }
