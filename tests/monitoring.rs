@@ -1,6 +1,6 @@
 //! Monitoring as code (`manifests/monitoring/`): the alerting rules fire
 //! when, and only when, `alerts_test.yaml` says, under `promtool test
-//! rules` (promtool built here from the Prometheus module); every alert has
+//! rules` (promtool from Debian's prometheus package); every alert has
 //! a test; the dashboard and rules read only metrics the operator serves
 //! (the kind test `kind_metrics::` checks them against a real scrape); the
 //! component renders with kustomize.
