@@ -57,7 +57,10 @@ pub fn ensure_promtool() -> Result<PathBuf, Error> {
             detail: "no .deb downloaded".into(),
         })?;
     run(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(work.join("x")),
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(work.join("x")),
         "dpkg-deb -x prometheus",
     )?;
     fs::rename(work.join("x/usr/bin/promtool"), work.join("promtool"))
