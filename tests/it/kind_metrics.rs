@@ -150,8 +150,35 @@ async fn the_operator_serves_every_members_state_and_counts_a_failover_under_wri
         Vec::<f64>::new()
     );
 
-    // The primary's Pod deleted: one failover, counted by cause and timed.
+    // The primary's Pod deleted: it answers while it terminates, so it is
+    // handed over (a switchover), counted and timed.
     fail_over(&env, name).await;
+    wait_for("the switchover in the metrics", TIMEOUT, || async {
+        let text = scrape(&leader);
+        (one(&text, "podkeeper_redis_switchovers_total", &of) == Some(1.0)
+            && one(
+                &text,
+                "podkeeper_redis_switchover_duration_seconds_count",
+                &of,
+            ) == Some(1.0)
+            && one(&text, "podkeeper_redis_writable_primary", &of) == Some(1.0))
+        .then_some(())
+    })
+    .await;
+    s.settled(name, 3, TIMEOUT).await.unwrap();
+    s.writes_accepted(100).await.unwrap();
+
+    // The new primary's redis-server killed: a failover, counted by cause
+    // and timed.
+    let redises: Api<Redis> = env.api();
+    let primary = redises
+        .get(name)
+        .await
+        .unwrap()
+        .primary_pod()
+        .unwrap()
+        .to_string();
+    s.kill_9(&primary).await.unwrap();
     let text = wait_for("the failover in the metrics", TIMEOUT, || async {
         let text = scrape(&leader);
         (samples(&text, "podkeeper_redis_failovers_total", &of) == [1.0]
@@ -194,7 +221,6 @@ async fn the_operator_serves_every_members_state_and_counts_a_failover_under_wri
 
     // With the writes over, every member's key count in the metrics is
     // what the primary holds.
-    let redises: Api<Redis> = env.api();
     let primary = redises
         .get(name)
         .await
